@@ -1,0 +1,65 @@
+# trainee — the two commands that matter on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Debian packages the tests use: bwrap (guarded rounds), systemd-analyze (unit checks).
+APT_PACKAGES := bubblewrap systemd
+EXAMPLE_REQS := $(wildcard examples/*/requirements.txt)
+
+.PHONY: all venv system-deps lint test test-fast demo bench install-systemd docs clean
+
+all: test
+
+$(STAMP): pyproject.toml $(EXAMPLE_REQS)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]' $(addprefix -r ,$(EXAMPLE_REQS))
+	@touch $@
+
+venv: $(STAMP)
+
+# Installs missing Debian packages with apt-get when running as root (CI does);
+# otherwise names the command to run.
+system-deps:
+	@missing=""; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else \
+	    echo "missing Debian packages:$$missing — run: sudo apt-get install$$missing"; exit 1; \
+	  fi; \
+	fi
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check trainee tests bench
+	$(VENV)/bin/ruff format --check trainee tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(PY) docs/gen_api.py --check
+
+test: $(STAMP) system-deps lint
+	$(VENV)/bin/pytest -q
+
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -q -x -m "not e2e"
+
+demo: $(STAMP) system-deps
+	$(PY) -m trainee.demo
+
+bench: $(STAMP) system-deps
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+install-systemd:
+	bash systemd/install.sh "$$(command -v trainee || echo $(abspath $(VENV))/bin/trainee)"
+
+docs: $(STAMP)
+	$(PY) docs/gen_api.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,3 @@
+from trainee.cli import main
+
+raise SystemExit(main())

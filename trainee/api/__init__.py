@@ -1,0 +1,1 @@
+"""The method registry and its handlers: the business facade every transport serves."""

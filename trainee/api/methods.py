@@ -1,0 +1,351 @@
+"""The registry's methods. Each is one async handler; its docstring is its documentation."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+import trainee
+from trainee.api.context import CallContext
+from trainee.api.registry import Registry
+from trainee.errors import InvalidParams, InvalidState, NotAvailable, NotFound
+from trainee.spec import wire as w
+
+registry = Registry()
+
+_watch_ids = itertools.count(1)
+_SESSION_RE = re.compile(r"^session-\d{4,}$")
+
+
+# -- daemon --------------------------------------------------------------------
+
+
+@registry.method(w.NoParams, w.HelloResult)
+async def daemon_hello(ctx: CallContext, params: w.NoParams) -> w.HelloResult:
+    """Identify the daemon: version, API version, pid and the methods it can serve.
+
+    Clients call this first; ``capabilities`` lists the methods that work in this
+    version and ``unavailable`` those registered but not yet implemented.
+    """
+    s = ctx.services
+    return w.HelloResult(
+        name="trainee",
+        version=trainee.__version__,
+        api_version=trainee.API_VERSION,
+        pid=os.getpid(),
+        started_at=s.started_at,
+        socket=s.socket_path,
+        http_url=s.http_url,
+        project_root=str(s.project_root) if s.project_root else None,
+        capabilities=[m.name for m in registry if m.available],
+        unavailable=[m.name for m in registry if not m.available],
+    )
+
+
+@registry.method(w.NoParams, w.StopDaemonResult)
+async def daemon_stop(ctx: CallContext, params: w.NoParams) -> w.StopDaemonResult:
+    """Ask the daemon to shut down gracefully.
+
+    Running sessions checkpoint; training rounds keep running under their
+    monitors and are re-adopted by the next daemon.
+    """
+    ctx.services.request_shutdown()
+    return w.StopDaemonResult(stopping=True)
+
+
+@registry.method(w.ToolsListParams, list[dict[str, Any]])
+async def tools_list(ctx: CallContext, params: w.ToolsListParams) -> list[dict[str, Any]]:
+    """Return the OpenAI-style function schema of every method (or only ``name``).
+
+    Each entry is ``{"type": "function", "function": {name, description,
+    parameters}}`` with a JSON schema of the method's params.
+    """
+    if params.name is not None:
+        return [registry.get(params.name).tool_schema()]
+    return registry.tool_schemas()
+
+
+# -- events --------------------------------------------------------------------
+
+
+@registry.method(w.EventsWatchParams, w.EventsWatchResult)
+async def events_watch(ctx: CallContext, params: w.EventsWatchParams) -> w.EventsWatchResult:
+    """Stream events as ``events`` notifications on this connection.
+
+    Events after ``since`` (an event id; omit it for live events only) are sent
+    first, then live ones, each notification carrying ``{"events": [...]}`` in
+    batches. A notification ``{"gap": true}`` says events were dropped (the
+    watcher fell behind or asked for ones no longer retained): watch again from
+    the last id received. Only over the Unix socket; over HTTP use SSE.
+    """
+    if ctx.notify is None or ctx.start_soon is None:
+        raise InvalidState(
+            "events_watch streams over the Unix socket only; over HTTP use "
+            "GET /api/sessions/{id}/events (SSE) or events_list",
+            {"transport": ctx.transport},
+        )
+    bus = ctx.services.bus
+    sub, backlog, gap = bus.subscribe(
+        since=params.since, session=params.session, kinds=params.kinds
+    )
+    watch_id = next(_watch_ids)
+    notify = ctx.notify
+    cancel = anyio.CancelScope()
+
+    async def pump() -> None:
+        with cancel:
+            try:
+                if gap:
+                    await notify("events", {"watch_id": watch_id, "gap": True, "events": []})
+                for start in range(0, len(backlog), 500):
+                    await notify(
+                        "events", {"watch_id": watch_id, "events": backlog[start : start + 500]}
+                    )
+                batch: list[w.Event] = []
+                async for event in sub:
+                    batch.append(event)
+                    # Drain what is already queued so a burst travels in one frame.
+                    while len(batch) < 500:
+                        try:
+                            batch.append(sub._receive.receive_nowait())
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                    await notify("events", {"watch_id": watch_id, "events": batch})
+                    batch = []
+                if sub.dropped:
+                    await notify("events", {"watch_id": watch_id, "gap": True, "events": []})
+            finally:
+                sub.close()
+                ctx.watches.pop(watch_id, None)
+
+    ctx.watches[watch_id] = cancel.cancel
+    ctx.start_soon(pump)
+    return w.EventsWatchResult(watch_id=watch_id, cursor=bus.last_id, oldest=bus.oldest_id)
+
+
+@registry.method(w.EventsUnwatchParams, w.EventsUnwatchResult)
+async def events_unwatch(ctx: CallContext, params: w.EventsUnwatchParams) -> w.EventsUnwatchResult:
+    """Stop a stream started by ``events_watch`` on this connection."""
+    cancel = ctx.watches.pop(params.watch_id, None)
+    if cancel is None:
+        raise NotFound(
+            f"no watch {params.watch_id} on this connection", {"watch_id": params.watch_id}
+        )
+    cancel()
+    return w.EventsUnwatchResult(stopped=True)
+
+
+@registry.method(w.EventsListParams, w.EventsListResult)
+async def events_list(ctx: CallContext, params: w.EventsListParams) -> w.EventsListResult:
+    """Return retained events after ``since`` (a page of at most ``limit``).
+
+    ``cursor`` is the id to pass as ``since`` next time; ``gap`` says some
+    events after ``since`` are no longer retained.
+    """
+    bus = ctx.services.bus
+    events, gap = bus.replay(params.since, session=params.session, limit=params.limit)
+    cursor = events[-1].id if events else max(params.since, 0)
+    return w.EventsListResult(events=events, cursor=cursor, gap=gap)
+
+
+@registry.method(w.EventsPublishParams, w.Event)
+async def events_publish(ctx: CallContext, params: w.EventsPublishParams) -> w.Event:
+    """Append an annotation (kind ``note`` or ``note.*``) to the event stream.
+
+    For outside tools that want their remarks beside a session's events, e.g.
+    "restarted the GPU node". Only ``note`` kinds: the daemon's own events
+    cannot be forged.
+    """
+    return ctx.services.bus.publish(params.kind, params.data, session=params.session)
+
+
+# -- logs ----------------------------------------------------------------------
+
+
+def _project_root(ctx: CallContext, given: str | None) -> Path:
+    if given:
+        root = Path(given)
+        if not root.is_absolute():
+            raise InvalidParams(
+                f"project_root must be an absolute path, got {given!r}",
+                {"field": "project_root", "reason": "not absolute"},
+            )
+        return root
+    if ctx.services.project_root is None:
+        raise InvalidParams(
+            "no project_root given and the daemon is not bound to a project",
+            {"field": "project_root", "reason": "missing"},
+        )
+    return ctx.services.project_root
+
+
+@registry.method(w.LogsTailParams, w.LogsTailResult)
+async def logs_tail(ctx: CallContext, params: w.LogsTailParams) -> w.LogsTailResult:
+    """Read a round's log from a byte offset (stateless, like Supervisor's tail).
+
+    A negative ``offset`` counts from the end. Returns up to ``length`` bytes as
+    text (invalid UTF-8 replaced), ``next_offset`` to pass next time, and
+    ``overflow`` when more than ``length`` bytes were waiting.
+    """
+    if not _SESSION_RE.match(params.session):
+        raise InvalidParams(
+            f"session must look like session-0001, got {params.session!r}",
+            {"field": "session", "reason": "bad session id"},
+        )
+    root = _project_root(ctx, params.project_root)
+    path = root / ".trainee" / "artifacts" / params.session / f"round-{params.round:04d}.log"
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            offset = params.offset
+            if offset < 0:
+                offset = max(0, size + offset)
+            offset = min(offset, size)
+            fh.seek(offset)
+            chunk = fh.read(params.length)
+    except FileNotFoundError:
+        raise NotFound(
+            f"no log for {params.session} round {params.round}: {path}",
+            {"path": str(path)},
+        ) from None
+    next_offset = offset + len(chunk)
+    return w.LogsTailResult(
+        path=str(path),
+        data=chunk.decode("utf-8", "replace"),
+        offset=offset,
+        next_offset=next_offset,
+        size=size,
+        overflow=next_offset < size,
+    )
+
+
+# -- the spec's tools whose capability lands later -----------------------------
+
+_PENDING: dict[str, tuple[type[msgspec.Struct], str, str]] = {
+    "project_init": (
+        w.ProjectInitParams,
+        "project setup",
+        "Create the .trainee/ files of a project.",
+    ),
+    "project_prepare": (
+        w.ProjectPrepareParams,
+        "project setup",
+        "Validate a project and fill an empty tuning.yaml from discovery.",
+    ),
+    "tunables_discover": (
+        w.TunablesDiscoverParams,
+        "project setup",
+        "Suggest tunable parameters with the reason for each.",
+    ),
+    "project_doctor": (
+        w.DoctorParams,
+        "project setup",
+        "Check that a project is ready to run, with a fix for each problem.",
+    ),
+    "loop_dry_run": (
+        w.DryRunParams,
+        "project setup",
+        "Preflight and the exact baseline command, starting nothing.",
+    ),
+    "project_register": (
+        w.ProjectRegisterParams,
+        "project setup",
+        "Write normalized project.yaml and tuning.yaml for a project.",
+    ),
+    "project_get": (
+        w.ProjectRootParams,
+        "project setup",
+        "Return a project's compiled configuration.",
+    ),
+    "project_update_context": (
+        w.ProjectUpdateContextParams,
+        "project setup",
+        "Edit a project's .trainee/context.md.",
+    ),
+    "runtime_provider_get": (
+        w.NoParams,
+        "the research loop",
+        "Return the LLM provider settings (keys masked) and active environment overrides.",
+    ),
+    "runtime_provider_update": (
+        w.ProviderUpdateParams,
+        "the research loop",
+        "Change the LLM provider settings saved in ~/.trainee/config.json.",
+    ),
+    "runtime_debug_get": (w.NoParams, "the research loop", "Return whether debug recording is on."),
+    "runtime_debug_update": (
+        w.DebugUpdateParams,
+        "the research loop",
+        "Switch debug recording (full prompts and raw responses) on or off.",
+    ),
+    "runtime_system_prompt_get": (
+        w.NoParams,
+        "the research loop",
+        "Return the global decision system prompt.",
+    ),
+    "runtime_system_prompt_update": (
+        w.SystemPromptUpdateParams,
+        "the research loop",
+        "Replace the global decision system prompt.",
+    ),
+    "prompt_preview": (
+        w.PromptPreviewParams,
+        "the research loop",
+        "Compose the next decision prompt without calling a provider.",
+    ),
+    "prompt_presets_list": (w.NoParams, "the research loop", "List saved prompt presets."),
+    "prompt_presets_save": (w.PromptPresetSaveParams, "the research loop", "Save a prompt preset."),
+    "loop_start": (w.LoopStartParams, "the research loop", "Start a tuning session on a project."),
+    "loop_get": (
+        w.SessionParams,
+        "the research loop",
+        "Return a session's state, its current round and activity.",
+    ),
+    "loop_stop": (
+        w.SessionParams,
+        "the research loop",
+        "Ask a running session to stop after cleaning up its round.",
+    ),
+    "runs_list": (
+        w.RunsListParams,
+        "the research loop",
+        "List rounds with their status, params and metrics.",
+    ),
+    "runs_get": (
+        w.RunsGetParams,
+        "the research loop",
+        "Return one round with its decision, metrics and log location.",
+    ),
+    "session_report": (
+        w.SessionParams,
+        "the research loop",
+        "Write and return a session's report and ledgers.",
+    ),
+}
+
+
+def _register_pending(
+    name: str, params_type: type[msgspec.Struct], lands_with: str, summary: str
+) -> None:
+    async def handler(ctx: CallContext, params: Any) -> Any:
+        raise NotAvailable(
+            f"{name} is not available yet in trainee {trainee.__version__}: it lands with {lands_with}",
+            {"method": name, "lands_with": lands_with},
+        )
+
+    handler.__name__ = name
+    handler.__doc__ = f"{summary}\n\nNot available yet: lands with {lands_with}."
+    registry.method(params_type, Any, name=name, available=False)(handler)
+
+
+def register_pending() -> None:
+    """Register the spec's tools that have no implementation yet (idempotent)."""
+    for name, (params_type, lands_with, summary) in _PENDING.items():
+        if name not in registry:
+            _register_pending(name, params_type, lands_with, summary)

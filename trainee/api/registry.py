@@ -1,0 +1,169 @@
+"""The one method registry: every operation trainee offers, registered once.
+
+The same table is served over JSON-RPC on the Unix socket and ``POST /rpc``, as
+the HTTP tool API (``/api/tools``), and rendered as OpenAI-style function
+schemas. A method is one async handler taking a msgspec ``Params`` Struct and
+returning a msgspec ``Result`` (or any JSON-able value).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from trainee.errors import InvalidParams, MethodNotFound
+
+P = TypeVar("P", bound=msgspec.Struct)
+R = TypeVar("R")
+
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Method(Generic[P]):
+    """One registered method."""
+
+    name: str
+    handler: Handler
+    params_type: type[msgspec.Struct]
+    result_type: Any
+    summary: str
+    description: str
+    available: bool = True
+
+    def decode_params(self, raw: Any) -> Any:
+        """Convert JSON-RPC params (object, array or absent) into ``params_type``."""
+        if raw is None:
+            raw = {}
+        elif isinstance(raw, list):
+            fields = self.params_type.__struct_fields__
+            if len(raw) > len(fields):
+                raise InvalidParams(
+                    f"{self.name}: takes at most {len(fields)} positional params, got {len(raw)}",
+                    {"method": self.name, "reason": "too many positional params"},
+                )
+            raw = dict(zip(fields, raw, strict=False))
+        elif not isinstance(raw, dict):
+            raise InvalidParams(
+                f"{self.name}: params must be an object or an array",
+                {"method": self.name, "reason": "params not structured"},
+            )
+        try:
+            return msgspec.convert(raw, type=self.params_type, str_keys=True)
+        except msgspec.ValidationError as exc:
+            raise InvalidParams(
+                f"{self.name}: invalid params: {exc}",
+                {"method": self.name, "reason": str(exc)},
+            ) from None
+
+    def params_schema(self) -> dict[str, Any]:
+        """JSON schema of the params, inlined (no $ref) so tool callers can read it."""
+        return _inline_schema(msgspec.json.schema(self.params_type))
+
+    def result_schema(self) -> dict[str, Any]:
+        return _inline_schema(msgspec.json.schema(self.result_type))
+
+    def tool_schema(self) -> dict[str, Any]:
+        """The OpenAI-style function schema of this method."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.summary
+                + ("" if self.available else " (not available yet in this version)"),
+                "parameters": self.params_schema(),
+            },
+        }
+
+
+class Registry:
+    """The table of methods, in registration order."""
+
+    def __init__(self) -> None:
+        self._methods: dict[str, Method[Any]] = {}
+
+    def method(
+        self,
+        params: type[P],
+        result: Any,
+        *,
+        name: str | None = None,
+        available: bool = True,
+    ) -> Callable[[Callable[[Any, P], Awaitable[Any]]], Callable[[Any, P], Awaitable[Any]]]:
+        """Register ``handler(ctx, params)``; its docstring is the method's documentation."""
+
+        def register(
+            handler: Callable[[Any, P], Awaitable[Any]],
+        ) -> Callable[[Any, P], Awaitable[Any]]:
+            method_name = name or handler.__name__
+            if method_name in self._methods:
+                raise ValueError(f"method {method_name!r} registered twice")
+            doc = inspect.cleandoc(handler.__doc__ or "").strip()
+            if not doc:
+                raise ValueError(f"method {method_name!r} has no docstring")
+            summary, _, rest = doc.partition("\n\n")
+            self._methods[method_name] = Method(
+                name=method_name,
+                handler=handler,
+                params_type=params,
+                result_type=result,
+                summary=" ".join(summary.split()),
+                description=rest.strip(),
+                available=available,
+            )
+            return handler
+
+        return register
+
+    def get(self, name: str) -> Method[Any]:
+        try:
+            return self._methods[name]
+        except KeyError:
+            raise MethodNotFound(
+                f"Method not found: {name}", {"method": name, "known": sorted(self._methods)}
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._methods
+
+    def __iter__(self) -> Iterator[Method[Any]]:
+        return iter(self._methods.values())
+
+    def names(self) -> list[str]:
+        return list(self._methods)
+
+    async def call(self, name: str, raw_params: Any, ctx: Any) -> Any:
+        method = self.get(name)
+        params = method.decode_params(raw_params)
+        return await method.handler(ctx, params)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [m.tool_schema() for m in self]
+
+
+def _inline_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Replace ``$ref`` pointers into ``$defs`` by the definitions themselves."""
+    defs: dict[str, Any] = schema.get("$defs", {})
+
+    def resolve(node: Any, seen: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                key = ref.removeprefix("#/$defs/")
+                if key in seen:  # recursive type: keep it open rather than loop
+                    return {"type": "object"}
+                return resolve(defs[key], (*seen, key))
+            return {k: resolve(v, seen) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [resolve(v, seen) for v in node]
+        return node
+
+    resolved = resolve(schema, ())
+    assert isinstance(resolved, dict)
+    if resolved.get("type") == "object":
+        resolved.setdefault("properties", {})
+    return resolved

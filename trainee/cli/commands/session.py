@@ -1,0 +1,119 @@
+"""``trainee run``, ``stop``, ``attach``, ``logs`` and ``report``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from trainee.cli import daemon_client
+from trainee.cli.commands.project import project_root
+from trainee.cli.output import print_json, render_mapping
+
+FOLLOW_INTERVAL = 0.25
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    root = project_root(args.project_root)
+    env = dict(os.environ)
+    if args.dry_run:
+        params: dict[str, Any] = {"project_root": root, "env": env}
+        if args.security_mode:
+            params["security_mode"] = args.security_mode
+        result = daemon_client.call("loop_dry_run", params)
+        if args.json:
+            print_json(result)
+        else:
+            render_mapping("trainee run --dry-run", result)
+        return 0
+    params = {"project_root": root, "env": env, "cwd": os.getcwd()}
+    for key in ("security_mode", "max_rounds", "policy", "resume"):
+        value = getattr(args, key)
+        if value is not None:
+            params[key] = value
+    result = daemon_client.call("loop_start", params)
+    if args.detach or args.json:
+        print_json(result)
+        return 0
+    return watch_session(str(result["session"]), args)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    params = {"session": args.session} if args.session else {}
+    result = daemon_client.call("loop_stop", params)
+    print_json(result) if args.json else render_mapping("trainee stop", result)
+    return 0
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    return watch_session(args.session, args)
+
+
+def render_event(event: dict[str, Any]) -> str:
+    """One line for a person; ``output`` events print the training output as is."""
+    kind = event.get("kind", "?")
+    data = event.get("data") or {}
+    if kind == "output":
+        return str(data.get("text", "")).rstrip("\n")
+    stamp = time.strftime("%H:%M:%S", time.localtime(float(event.get("ts", 0))))
+    details = " ".join(f"{k}={v}" for k, v in data.items())
+    return f"[{stamp}] {kind} {details}".rstrip()
+
+
+def watch_session(session: str, args: argparse.Namespace) -> int:
+    """Render a session's events live until it finishes; Ctrl-C detaches."""
+    client = daemon_client.ensure_daemon(timeout=None)
+    with client:
+        client.call("events_watch", {"session": session, "since": 0})
+        try:
+            while True:
+                note = client.next_notification(timeout=None)
+                if note is None or note.get("method") != "events":
+                    continue
+                for event in note["params"].get("events", []):
+                    if args.json:
+                        print_json(event)
+                    else:
+                        sys.stdout.write(render_event(event) + "\n")
+                    if event.get("kind") == "session.finished":
+                        return 0
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            sys.stderr.write(
+                f"\ndetached from {session}; it keeps running (trainee attach {session})\n"
+            )
+            return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    round_index = args.round or 1
+    params: dict[str, Any] = {"session": args.session, "round": round_index, "offset": 0}
+    if args.project_root:
+        params["project_root"] = project_root(args.project_root)
+    client = daemon_client.ensure_daemon()
+    with client:
+        while True:
+            result = client.call("logs_tail", params)
+            sys.stdout.write(result["data"])
+            sys.stdout.flush()
+            params["offset"] = result["next_offset"]
+            if result["overflow"]:
+                continue
+            if not args.follow:
+                return 0
+            try:
+                time.sleep(FOLLOW_INTERVAL)
+            except KeyboardInterrupt:
+                return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"session": args.session}
+    result = daemon_client.call("session_report", params)
+    if args.output:
+        with open(args.output, "w") as fh:
+            fh.write(str(result.get("markdown", "")))
+    print_json(result) if args.json else render_mapping("trainee report", result)
+    return 0

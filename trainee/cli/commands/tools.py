@@ -1,0 +1,101 @@
+"""``trainee tools`` and ``trainee call``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from trainee import errors, paths
+from trainee.cli import daemon_client
+from trainee.cli.output import print_json
+
+
+def _http_tools(base_url: str, name: str | None) -> Any:
+    token_file = paths.socket_path().with_name("token")
+    try:
+        token = token_file.read_text().strip()
+    except OSError:
+        raise errors.DaemonNotRunning(
+            f"no access token at {token_file}: is the daemon at {base_url} this user's?",
+            {"reason": "no_token", "path": str(token_file)},
+        ) from None
+    url = base_url.rstrip("/") + "/api/tools" + (f"?name={name}" if name else "")
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode(errors="replace")
+        try:
+            raise errors.error_from_wire(json.loads(body)["error"]) from None
+        except (ValueError, KeyError, TypeError):
+            raise errors.ProtocolError(f"{url}: HTTP {exc.code}: {body[:200]}") from None
+    except urllib.error.URLError as exc:
+        raise errors.DaemonNotRunning(f"{url}: {exc.reason}", {"reason": "refused"}) from None
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    if args.base_url:
+        schemas = _http_tools(args.base_url, args.name)
+    else:
+        schemas = daemon_client.call("tools_list", {"name": args.name} if args.name else {})
+    if args.json or args.name or not sys.stdout.isatty():
+        print_json(schemas)
+        return 0
+    from rich.table import Table
+
+    from trainee.cli.output import console
+
+    table = Table(title="trainee tools")
+    table.add_column("tool", style="bold")
+    table.add_column("description")
+    for entry in schemas:
+        fn = entry["function"]
+        table.add_row(fn["name"], fn["description"])
+    console().print(table)
+    return 0
+
+
+def read_input(value: str | None) -> Any:
+    """``--input``: inline JSON, ``@file`` or ``-`` for standard input."""
+    if value is None:
+        return {}
+    source = "--input"
+    if value == "-":
+        text, source = sys.stdin.read(), "standard input"
+    elif value.startswith("@"):
+        path = Path(value[1:]).expanduser()
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise errors.InvalidParams(
+                f"--input {value}: cannot read {path}: {exc.strerror}",
+                {"field": "--input", "reason": "unreadable file"},
+            ) from None
+        source = str(path)
+    else:
+        text = value
+    try:
+        return json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise errors.InvalidParams(
+            f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            {"field": "--input", "reason": exc.msg, "line": exc.lineno},
+        ) from None
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    params = read_input(args.input)
+    if not isinstance(params, dict | list):
+        raise errors.InvalidParams(
+            "--input must be a JSON object (or array) of the tool's params",
+            {"field": "--input", "reason": "not an object"},
+        )
+    result = daemon_client.call(args.tool, params)  # type: ignore[arg-type]
+    print_json(result)
+    return 0

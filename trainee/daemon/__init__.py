@@ -1,0 +1,1 @@
+"""Composition root: process lifecycle, socket server, HTTP app, systemd integration."""

@@ -1,0 +1,216 @@
+"""JSON-RPC 2.0 dispatch with no transport: frame in, encoded response out.
+
+The socket server and ``POST /rpc`` both hand each frame (or request body) to
+:meth:`Dispatcher.handle_frame` and send back what it returns, if anything.
+The dispatcher validates the envelope, calls ``call(method, params, context)``
+and maps what it raises onto JSON-RPC error objects: a
+:class:`~trainee.errors.TraineeError` becomes its ``to_wire()`` object; any
+other exception becomes -32603 with an incident id, its traceback logged and
+never sent.
+
+Protocol faults and their messages (``data`` is ``{"type": <class name>}``):
+
+- -32700 ``Parse error: <reason>`` with id null: invalid JSON, invalid UTF-8,
+  nesting too deep.
+- -32600 ``Invalid Request: <reason>``: a message that is not a Request object,
+  an empty batch, a frame over the size limit. The id is echoed when the
+  request carried a valid one, else null.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from trainee.errors import InternalError, InvalidRequest, ParseError, TraineeError
+from trainee.rpc.framing import FrameTooLarge
+
+__all__ = [
+    "JSONRPC_VERSION",
+    "Call",
+    "Dispatcher",
+    "as_trainee_error",
+    "decode_frame",
+    "encode_error",
+    "encode_notification",
+    "encode_result",
+]
+
+JSONRPC_VERSION = "2.0"
+
+Call = Callable[[str, Any, Any], Awaitable[Any]]
+"""``(method, params, context) -> result``; params are a dict, a list or None as sent."""
+
+Id = str | int | float | None
+
+_decoder = msgspec.json.Decoder()
+_encode = msgspec.json.encode
+_default_logger = logging.getLogger("trainee.rpc")
+_NO_ID: Any = object()  # a request without an "id" member: a notification
+
+
+def decode_frame(frame: bytes) -> Any:
+    """Decode one JSON text; raise :class:`ParseError` naming the reason."""
+    try:
+        return _decoder.decode(frame)
+    except RecursionError:
+        raise ParseError("Parse error: JSON nested too deeply") from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        try:
+            bytes(frame).decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise ParseError(f"Parse error: invalid UTF-8 at byte {bad.start}") from None
+        if not bytes(frame).strip():
+            raise ParseError("Parse error: empty message") from None
+        raise ParseError(f"Parse error: {exc}") from None
+
+
+def as_trainee_error(
+    exc: Exception, *, logger: logging.Logger | None = None, where: str = "request"
+) -> TraineeError:
+    """``exc`` itself if it is a TraineeError, else an InternalError with a fresh incident id.
+
+    The traceback of a foreign exception is logged under that id; only the id
+    reaches the caller.
+    """
+    if isinstance(exc, TraineeError):
+        return exc
+    incident = secrets.token_hex(4)
+    (logger or _default_logger).error(
+        "Internal error (incident %s) in %s", incident, where, exc_info=exc
+    )
+    return InternalError(f"Internal error (incident {incident})", {"incident": incident})
+
+
+def encode_result(id: Id, result: Any) -> bytes:
+    """A success Response; raises ``TypeError``/``ValueError`` if ``result`` is not encodable."""
+    return b'{"jsonrpc":"2.0","result":%b,"id":%b}' % (_encode(result), _encode(id))
+
+
+def encode_error(id: Id, exc: TraineeError, *, logger: logging.Logger | None = None) -> bytes:
+    """An error Response for ``exc``; an error whose data cannot be encoded becomes -32603."""
+    try:
+        error = _encode(exc.to_wire())
+    except Exception as bad:
+        error = _encode(as_trainee_error(bad, logger=logger, where="error encoding").to_wire())
+    return b'{"jsonrpc":"2.0","error":%b,"id":%b}' % (error, _encode(id))
+
+
+def encode_notification(method: str, params: Any = None) -> bytes:
+    """A server-to-client notification (no id); ``params`` omitted when None."""
+    message: dict[str, Any] = {"jsonrpc": JSONRPC_VERSION, "method": method}
+    if params is not None:
+        message["params"] = params
+    return _encode(message)
+
+
+def _is_id(value: Any) -> bool:
+    return value is None or (type(value) in (str, int, float))
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+class Dispatcher:
+    """Turns JSON-RPC frames into calls of ``call`` and their results into Response frames.
+
+    Batches are processed in order, one element at a time. Not bound to any
+    transport; ``context`` is passed through to ``call`` untouched.
+    """
+
+    def __init__(self, call: Call, *, logger: logging.Logger | None = None) -> None:
+        self._call = call
+        self._logger = logger or _default_logger
+
+    async def handle_frame(self, frame: bytes | FrameTooLarge, context: Any = None) -> bytes | None:
+        """One frame in; the encoded Response (no newline) out, or None when none is due."""
+        if isinstance(frame, FrameTooLarge):
+            return self._error(
+                None,
+                InvalidRequest(f"Invalid Request: frame too large ({frame.max_frame} bytes max)"),
+            )
+        try:
+            message = decode_frame(frame)
+        except ParseError as exc:
+            return self._error(None, exc)
+        return await self._respond(message, context)
+
+    async def handle_message(self, message: Any, context: Any = None) -> Any | None:
+        """Like :meth:`handle_frame` for an already-decoded message; returns decoded JSON."""
+        response = await self._respond(message, context)
+        return None if response is None else msgspec.json.decode(response)
+
+    async def _respond(self, message: Any, context: Any) -> bytes | None:
+        if not isinstance(message, list):
+            return await self._respond_one(message, context)
+        if not message:
+            return self._error(None, InvalidRequest("Invalid Request: empty batch"))
+        parts = [r for m in message if (r := await self._respond_one(m, context)) is not None]
+        return b"[" + b",".join(parts) + b"]" if parts else None
+
+    async def _respond_one(self, message: Any, context: Any) -> bytes | None:
+        if not isinstance(message, dict):
+            return self._error(
+                None,
+                InvalidRequest(f"Invalid Request: expected an object, got {_kind(message)}"),
+            )
+        rid = message.get("id", _NO_ID)
+        if rid is not _NO_ID and not _is_id(rid):
+            return self._error(
+                None,
+                InvalidRequest(
+                    f"Invalid Request: 'id' must be a string, a number or null, got {_kind(rid)}"
+                ),
+            )
+        reply_id = None if rid is _NO_ID else rid
+        if message.get("jsonrpc") != JSONRPC_VERSION:
+            return self._error(
+                reply_id, InvalidRequest("Invalid Request: 'jsonrpc' must be \"2.0\"")
+            )
+        method = message.get("method")
+        if not isinstance(method, str):
+            why = "missing" if "method" not in message else f"got {_kind(method)}"
+            return self._error(
+                reply_id, InvalidRequest(f"Invalid Request: 'method' must be a string, {why}")
+            )
+        params = message.get("params")
+        if "params" in message and not isinstance(params, dict | list):
+            return self._error(
+                reply_id,
+                InvalidRequest(
+                    f"Invalid Request: 'params' must be an object or an array, got {_kind(params)}"
+                ),
+            )
+        try:
+            result = await self._call(method, params, context)
+        except Exception as exc:
+            error = as_trainee_error(exc, logger=self._logger, where=f"method {method!r}")
+            if rid is _NO_ID:
+                self._logger.debug("notification %s failed: %r", method, error)
+                return None
+            return self._error(rid, error)
+        if rid is _NO_ID:
+            return None
+        try:
+            return encode_result(rid, result)
+        except Exception as exc:
+            where = f"encoding the result of {method!r}"
+            return self._error(rid, as_trainee_error(exc, logger=self._logger, where=where))
+
+    def _error(self, id: Id, exc: TraineeError) -> bytes:
+        return encode_error(id, exc, logger=self._logger)

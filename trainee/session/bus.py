@@ -1,0 +1,144 @@
+"""The event bus: one increasing id, a retained window, bounded fan-out.
+
+Publishing never blocks and never slows the publisher: each subscriber has a
+bounded buffer, and a subscriber that falls behind is cut off with a ``gap``
+marker; it resumes from its last id (``since``) on its next watch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from trainee.spec.wire import Event
+
+
+class Subscription:
+    """A live view of the bus, starting after ``since``."""
+
+    def __init__(
+        self,
+        bus: EventBus,
+        send: MemoryObjectSendStream[Event],
+        receive: MemoryObjectReceiveStream[Event],
+        session: str | None,
+        kinds: frozenset[str] | None,
+    ) -> None:
+        self._bus = bus
+        self._send = send
+        self._receive = receive
+        self.session = session
+        self.kinds = kinds
+        self.dropped = False
+
+    def wants(self, event: Event) -> bool:
+        if self.session is not None and event.session != self.session:
+            return False
+        return self.kinds is None or event.kind in self.kinds
+
+    def offer(self, event: Event) -> None:
+        if self.dropped or not self.wants(event):
+            return
+        try:
+            self._send.send_nowait(event)
+        except anyio.WouldBlock:
+            self.dropped = True
+            self._send.close()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self.dropped = True
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        async for event in self._receive:
+            yield event
+
+    def close(self) -> None:
+        self._bus._subscribers.discard(self)
+        self._send.close()
+        self._receive.close()
+
+
+class EventBus:
+    """Daemon-wide stream of events with a retained window for replay."""
+
+    def __init__(
+        self,
+        *,
+        retain: int = 50_000,
+        buffer: int = 10_000,
+        first_id: int = 1,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._window: deque[Event] = deque(maxlen=retain)
+        self._buffer = buffer
+        self._next_id = first_id
+        self._clock = clock
+        self._subscribers: set[Subscription] = set()
+        self._sinks: list[Callable[[Event], None]] = []
+
+    @property
+    def last_id(self) -> int:
+        return self._next_id - 1
+
+    @property
+    def oldest_id(self) -> int:
+        return self._window[0].id if self._window else self._next_id
+
+    def add_sink(self, sink: Callable[[Event], None]) -> None:
+        """Call ``sink`` synchronously with every published event (e.g. the store)."""
+        self._sinks.append(sink)
+
+    def publish(
+        self, kind: str, data: dict[str, Any] | None = None, *, session: str | None = None
+    ) -> Event:
+        event = Event(
+            id=self._next_id, kind=kind, ts=self._clock(), session=session, data=data or {}
+        )
+        self._next_id += 1
+        self._window.append(event)
+        for sink in self._sinks:
+            sink(event)
+        for sub in list(self._subscribers):
+            sub.offer(event)
+            if sub.dropped:
+                self._subscribers.discard(sub)
+        return event
+
+    def replay(
+        self, since: int, *, session: str | None = None, limit: int | None = None
+    ) -> tuple[list[Event], bool]:
+        """Retained events with ``id > since``; the flag says events were lost before the window."""
+        gap = since + 1 < self.oldest_id and since < self.last_id
+        out: list[Event] = []
+        for event in self._window:
+            if event.id <= since or (session is not None and event.session != session):
+                continue
+            out.append(event)
+            if limit is not None and len(out) >= limit:
+                break
+        return out, gap
+
+    def subscribe(
+        self,
+        *,
+        since: int | None = None,
+        session: str | None = None,
+        kinds: Iterable[str] | None = None,
+    ) -> tuple[Subscription, list[Event], bool]:
+        """Subscribe to live events; returns the subscription plus the backlog after ``since``.
+
+        Both are taken in one synchronous step, so nothing falls between them.
+        """
+        send, receive = anyio.create_memory_object_stream[Event](self._buffer)
+        sub = Subscription(self, send, receive, session, frozenset(kinds) if kinds else None)
+        backlog: list[Event] = []
+        gap = False
+        if since is not None:
+            events, gap = self.replay(since, session=session)
+            backlog = [e for e in events if sub.wants(e)]
+        self._subscribers.add(sub)
+        return sub, backlog, gap

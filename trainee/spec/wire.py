@@ -1,0 +1,238 @@
+"""Wire types: the Params and Result Structs of every registry method, and events.
+
+Wire Structs accept unknown fields (a newer client may send more) and every
+field has a default where that makes sense, so old clients keep working.
+Stdlib + msgspec only: the CLI may import this module.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+NonNegInt = Annotated[int, Meta(ge=0)]
+PosInt = Annotated[int, Meta(ge=1)]
+
+
+class Wire(msgspec.Struct, kw_only=True, omit_defaults=False):
+    """Base of every Params/Result Struct."""
+
+
+# -- events ----------------------------------------------------------------------
+
+
+class Event(Wire):
+    """One entry of the event stream.
+
+    ``id`` increases monotonically across the daemon's life (and so within each
+    session); it is the cursor of ``events_watch`` and the SSE ``id:``.
+    """
+
+    id: int
+    kind: str
+    ts: float
+    session: str | None = None
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+# -- daemon ----------------------------------------------------------------------
+
+
+class NoParams(Wire):
+    pass
+
+
+class HelloResult(Wire):
+    name: str
+    version: str
+    api_version: int
+    pid: int
+    started_at: float
+    socket: str
+    http_url: str | None
+    project_root: str | None
+    capabilities: list[str]
+    unavailable: list[str]
+
+
+class ToolsListParams(Wire):
+    name: str | None = None
+
+
+class StopDaemonResult(Wire):
+    stopping: bool
+
+
+class EventsWatchParams(Wire):
+    """Stream events as ``events`` notifications on this connection."""
+
+    since: NonNegInt | None = None
+    session: str | None = None
+    kinds: list[str] | None = None
+
+
+class EventsWatchResult(Wire):
+    watch_id: int
+    cursor: int
+    oldest: int
+
+
+class EventsUnwatchParams(Wire):
+    watch_id: int
+
+
+class EventsUnwatchResult(Wire):
+    stopped: bool
+
+
+class EventsListParams(Wire):
+    since: NonNegInt = 0
+    session: str | None = None
+    limit: Annotated[int, Meta(ge=1, le=10_000)] = 1000
+
+
+class EventsListResult(Wire):
+    events: list[Event]
+    cursor: int
+    gap: bool = False
+
+
+class EventsPublishParams(Wire):
+    """An annotation from an outside tool, appended to the event stream."""
+
+    kind: Annotated[str, Meta(pattern=r"^note(\.[a-z0-9_]+)*$")] = "note"
+    session: str | None = None
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class LogsTailParams(Wire):
+    """Read a round log from an offset, like Supervisor's tailProcessStdoutLog."""
+
+    session: str
+    round: PosInt
+    offset: int = -65536
+    length: Annotated[int, Meta(ge=0, le=16 * 2**20)] = 65536
+    project_root: str | None = None
+
+
+class LogsTailResult(Wire):
+    path: str
+    data: str
+    offset: int
+    next_offset: int
+    size: int
+    overflow: bool
+
+
+# -- the spec's tools (their handlers land with their issues) --------------------
+
+
+class ProjectRootParams(Wire):
+    project_root: str | None = None
+
+
+class ProjectRegisterParams(Wire):
+    """project.yaml fields at top level, plus ``tuning`` and ``project_root``."""
+
+    project_root: str
+    version: int = 1
+    data: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    launch: dict[str, Any] = msgspec.field(default_factory=dict)
+    run: dict[str, Any] = msgspec.field(default_factory=dict)
+    output: dict[str, Any] = msgspec.field(default_factory=dict)
+    metrics: dict[str, Any] = msgspec.field(default_factory=dict)
+    advanced: dict[str, Any] = msgspec.field(default_factory=dict)
+    tuning: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ProjectUpdateContextParams(Wire):
+    project_root: str | None = None
+    content: str = ""
+    append: bool = False
+
+
+class ProviderUpdateParams(Wire):
+    provider: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    base_url: str | None = None
+    llm_timeout_sec: Annotated[float, Meta(gt=0)] | None = None
+    llm_temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+
+
+class DebugUpdateParams(Wire):
+    enabled: bool
+
+
+class SystemPromptUpdateParams(Wire):
+    prompt: str
+
+
+class PromptPreviewParams(Wire):
+    project_root: str | None = None
+    session: str | None = None
+
+
+class PromptPresetSaveParams(Wire):
+    name: Annotated[str, Meta(min_length=1, max_length=100)]
+    prompt: str
+    kind: str = "system"
+
+
+class LoopStartParams(Wire):
+    project_root: str | None = None
+    security_mode: str | None = None
+    max_rounds: PosInt | None = None
+    policy: str | None = None
+    resume: str | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+
+
+class SessionParams(Wire):
+    session: str | None = None
+    project_root: str | None = None
+
+
+class RunsListParams(Wire):
+    project_root: str | None = None
+    session: str | None = None
+    limit: Annotated[int, Meta(ge=1, le=10_000)] = 100
+
+
+class RunsGetParams(Wire):
+    run_id: PosInt
+    project_root: str | None = None
+
+
+class ProjectInitParams(Wire):
+    project_root: str
+    baseline_config: str | None = None
+    force: bool = False
+    skip_provider_test: bool = False
+
+
+class ProjectPrepareParams(Wire):
+    project_root: str
+    replace: bool = False
+    skip_provider_test: bool = False
+
+
+class TunablesDiscoverParams(Wire):
+    project_root: str
+    apply: bool = False
+    replace: bool = False
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 32
+
+
+class DoctorParams(Wire):
+    project_root: str
+    skip_provider_test: bool = False
+
+
+class DryRunParams(Wire):
+    project_root: str
+    security_mode: str | None = None
+    env: dict[str, str] | None = None
