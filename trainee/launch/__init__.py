@@ -1,0 +1,1 @@
+"""Launching a round: command rendering, per-round config, sandbox, backends."""
