@@ -16,6 +16,7 @@ __all__ = [
     "ConfigError",
     "DaemonNotRunning",
     "InternalError",
+    "InvalidDecision",
     "InvalidParams",
     "InvalidRequest",
     "InvalidState",
@@ -200,6 +201,13 @@ class ShuttingDown(TraineeError):
     kind = "shutting_down"
 
 
+class InvalidDecision(TraineeError):
+    """A decision failed validation twice (after one repair request): nothing is launched."""
+
+    code = 1009
+    kind = "invalid_decision"
+
+
 class SandboxError(LaunchError):
     code = 1014
     kind = "sandbox"
@@ -228,6 +236,7 @@ _ALL: tuple[type[TraineeError], ...] = (
     ProviderError,
     BudgetExceeded,
     ShuttingDown,
+    InvalidDecision,
     SandboxError,
     DaemonNotRunning,
 )

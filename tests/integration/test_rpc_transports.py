@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
-import tempfile
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path

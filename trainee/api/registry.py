@@ -18,7 +18,7 @@ import msgspec
 from trainee.errors import InvalidParams, MethodNotFound
 
 P = TypeVar("P", bound=msgspec.Struct)
-R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
@@ -88,17 +88,15 @@ class Registry:
 
     def method(
         self,
-        params: type[P],
+        params: type[msgspec.Struct],
         result: Any,
         *,
         name: str | None = None,
         available: bool = True,
-    ) -> Callable[[Callable[[Any, P], Awaitable[Any]]], Callable[[Any, P], Awaitable[Any]]]:
+    ) -> Callable[[F], F]:
         """Register ``handler(ctx, params)``; its docstring is the method's documentation."""
 
-        def register(
-            handler: Callable[[Any, P], Awaitable[Any]],
-        ) -> Callable[[Any, P], Awaitable[Any]]:
+        def register(handler: F) -> F:
             method_name = name or handler.__name__
             if method_name in self._methods:
                 raise ValueError(f"method {method_name!r} registered twice")

@@ -37,6 +37,7 @@ from trainee.daemon.http import (
 from trainee.daemon.socket_server import bind_unix_socket, prepare_socket_dir, serve_socket
 from trainee.rpc.protocol import Dispatcher
 from trainee.session.bus import EventBus
+from trainee.session.manager import SessionManager
 
 log = logging.getLogger("trainee.daemon")
 
@@ -146,7 +147,9 @@ async def _serve(config: DaemonConfig) -> int:
         )
 
     shutdown = anyio.Event()
-    bus = EventBus()
+    # Event ids keep increasing across daemon restarts (SSE clients resume by id).
+    bus = EventBus(first_id=int(time.time() * 1000) * 1000)
+    manager = SessionManager(bus)
     services = Services(
         bus=bus,
         socket_path=str(config.socket_path),
@@ -154,6 +157,7 @@ async def _serve(config: DaemonConfig) -> int:
         request_shutdown=shutdown.set,
         project_root=config.project_root,
         http_url=http_url,
+        extra={"manager": manager},
     )
 
     async def call(method: str, params: Any, ctx: CallContext) -> Any:
@@ -172,6 +176,7 @@ async def _serve(config: DaemonConfig) -> int:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(_watch_signals, shutdown)
+        await tg.start(manager.run)
         await tg.start(serve_socket, unix_sock, dispatcher, services)
         http_done = anyio.Event()
 

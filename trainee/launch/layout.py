@@ -60,7 +60,9 @@ class ProjectLayout:
     data_dir: Path
 
     @classmethod
-    def for_root(cls, project_root: Path | str, env: Mapping[str, str] | None = None) -> ProjectLayout:
+    def for_root(
+        cls, project_root: Path | str, env: Mapping[str, str] | None = None
+    ) -> ProjectLayout:
         root = Path(project_root)
         trainee_dir = root / ".trainee"
         return cls(root, trainee_dir, data_dir_for(trainee_dir, env))

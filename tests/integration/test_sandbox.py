@@ -1,0 +1,390 @@
+"""Guarded mode for real: a Python child inside bwrap tries to write, connect and escape.
+
+Every test runs the real /usr/bin/bwrap with the argv trainee builds. The projects live
+under /tmp (pytest's tmp_path), which is the case the mount order has to get right.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.launch.projects import make_project, round_of
+from trainee.errors import SandboxError
+from trainee.launch.layout import RoundLayout
+from trainee.launch.render import build_env, render_round
+from trainee.launch.sandbox import (
+    bwrap_argv,
+    check_bwrap,
+    sandboxed_pids,
+    signal_sandboxed,
+    wrap,
+)
+from trainee.spec import ProjectSpec
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+PROBE = textwrap.dedent(
+    """\
+    import ctypes, errno, json, os, socket, sys
+
+    def attempt(fn):
+        try:
+            out = fn()
+        except OSError as exc:
+            return errno.errorcode.get(exc.errno, str(exc.errno))
+        return "ok" if out is None else out
+
+    def write(path):
+        with open(path, "a") as fh:
+            fh.write("probe\\n")
+
+    def connect(port):
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+
+    def remount(path):
+        libc = ctypes.CDLL(None, use_errno=True)
+        MS_REMOUNT, MS_BIND = 32, 4096
+        if libc.mount(b"none", path.encode(), None, MS_REMOUNT | MS_BIND, None) != 0:
+            raise OSError(ctypes.get_errno(), "mount")
+
+    ops = {
+        "write": lambda p: attempt(lambda: write(p)),
+        "write_env": lambda v: attempt(lambda: write(os.path.join(os.environ[v], "probe.txt"))),
+        "env": lambda v: os.environ.get(v),
+        "exists": os.path.exists,
+        "listdir": lambda p: sorted(os.listdir(p)),
+        "connect": lambda port: attempt(lambda: connect(port)),
+        "remount": lambda p: attempt(lambda: remount(p)),
+    }
+    print(json.dumps([ops[op](arg) for op, arg in json.loads(sys.argv[1])]))
+    """
+)
+
+
+def project(root: Path) -> ProjectSpec:
+    spec = make_project(root, "version: 1\nlaunch:\n  command: [python, train.py]\n")
+    trainee = root / ".trainee"
+    (trainee / "runtime.sqlite3").write_bytes(b"SQLite format 3\x00")
+    return spec
+
+
+def run_probe(
+    spec: ProjectSpec, rnd: RoundLayout, ops: Sequence[tuple[str, Any]], *, network: bool = True
+) -> list[Any]:
+    argv = bwrap_argv(
+        [sys.executable, "-c", PROBE, json.dumps(ops)],
+        layout=rnd,
+        cwd=spec.working_dir,
+        network=network,
+    )
+    env = build_env(spec, rnd, os.environ)
+    proc = subprocess.run(
+        argv, env=env, cwd=spec.working_dir, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: list[Any] = json.loads(proc.stdout)
+    return result
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def outside_dir() -> Iterator[Path]:
+    """A host folder outside the project and outside /tmp (so the sandbox still sees it)."""
+    base = "/var/tmp" if os.access("/var/tmp", os.W_OK) else str(Path.home())
+    path = Path(tempfile.mkdtemp(prefix="trainee-outside-", dir=base))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_bwrap_works_here() -> None:
+    check_bwrap()
+    check_bwrap(network=False)
+
+
+def test_a_broken_bwrap_is_reported_with_its_own_message(tmp_path: Path) -> None:
+    broken = tmp_path / "bwrap"
+    broken.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+    )
+    broken.chmod(0o755)
+    with pytest.raises(SandboxError) as info:
+        check_bwrap(str(broken))
+    assert "No permissions to create new namespace" in info.value.message
+    assert "--unsafe" in info.value.message
+
+
+def test_only_the_round_workspace_caches_and_logs_are_writable(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    spec = project(root)
+    trainee = root / ".trainee"
+    other = round_of(spec, 1, 1)
+    other.dir.mkdir(parents=True)
+    (other.dir / "config.yaml").write_text("lr: 0.1\n")
+    other.log.parent.mkdir(parents=True)
+    other.log.write_text("round 1 output\n")
+    rnd = round_of(spec, 1, 2)
+    rnd.outputs.mkdir(parents=True)
+    protected = [
+        root / "train.py",
+        trainee / "runtime.sqlite3",
+        trainee / "project.yaml",
+        trainee / "tuning.yaml",
+        other.dir / "config.yaml",
+        other.log,
+    ]
+    before = {p: digest(p) for p in protected}
+    cache_vars = ["HOME", "XDG_CACHE_HOME", "HF_HOME", "TORCH_HOME", "MPLCONFIGDIR", "WANDB_DIR"]
+
+    results = run_probe(
+        spec,
+        rnd,
+        [
+            *(("write", str(p)) for p in protected),
+            ("write", str(root / "new-file.txt")),
+            ("write", str(other.dir / "new.txt")),
+            ("write", str(rnd.session.runs / "round-0003.txt")),
+            ("write", str(rnd.dir / "mine.txt")),
+            ("write", str(rnd.outputs / "metrics.jsonl")),
+            ("write", str(trainee / "logs" / "job.log")),
+            *(("write_env", var) for var in cache_vars),
+            *(("env", var) for var in cache_vars),
+        ],
+    )
+
+    refused, allowed, envs = results[:9], results[9:18], results[18:]
+    assert refused == ["EROFS"] * 9
+    assert allowed == ["ok"] * 9
+    names = ["home", "xdg", "hf", "torch", "mpl", "wandb"]
+    assert envs == [str(trainee / "cache" / n) for n in names]
+    assert {p: digest(p) for p in protected} == before
+    assert not (root / "new-file.txt").exists()
+    assert (rnd.outputs / "metrics.jsonl").read_text() == "probe\n"
+    for n in names:
+        assert (trainee / "cache" / n / "probe.txt").read_text() == "probe\n"
+
+
+def test_symlinks_do_not_lead_out_of_the_sandbox(tmp_path: Path, outside_dir: Path) -> None:
+    root = tmp_path / "proj"
+    spec = project(root)
+    rnd = round_of(spec)
+    logs = root / ".trainee" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "to-host").symlink_to(outside_dir)
+    (logs / "to-project").symlink_to(root / "train.py")
+    host_tmp = tmp_path / "host-tmp"
+    host_tmp.mkdir()
+    (logs / "to-tmp").symlink_to(host_tmp)
+    train = (root / "train.py").read_text()
+
+    results = run_probe(
+        spec,
+        rnd,
+        [
+            ("write", str(logs / "to-host" / "x.txt")),
+            ("write", str(logs / "to-project")),
+            ("write", str(logs / "to-tmp" / "x.txt")),
+        ],
+    )
+
+    assert results == ["EROFS", "EROFS", "ENOENT"]
+    assert list(outside_dir.iterdir()) == []
+    assert list(host_tmp.iterdir()) == []
+    assert (root / "train.py").read_text() == train
+
+
+def test_a_writable_place_symlinked_out_is_refused_before_launch(
+    tmp_path: Path, outside_dir: Path
+) -> None:
+    root = tmp_path / "proj"
+    spec = project(root)
+    rnd = round_of(spec)
+    (root / ".trainee" / "runs").symlink_to(outside_dir)
+    with pytest.raises(SandboxError, match="--unsafe"):
+        render_round(spec, rnd, {}, base_env=os.environ, security_mode="guarded")
+    rendered = render_round(spec, rnd, {}, base_env=os.environ, security_mode="unsafe")
+    shutil.rmtree(outside_dir / "session-0001")  # unsafe mode followed the link, as asked
+    with pytest.raises(SandboxError, match="through a symlink"):
+        wrap(rendered, spec, rnd)
+    assert list(outside_dir.iterdir()) == []
+
+
+def test_the_job_cannot_remount_the_project_writable(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    spec = project(root)
+    results = run_probe(
+        spec,
+        round_of(spec),
+        [("remount", str(root)), ("remount", "/"), ("write", str(root / "train.py"))],
+    )
+    assert results[0] == results[1] == "EPERM"
+    assert results[2] == "EROFS"
+
+
+def test_tmp_is_empty_and_private(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    spec = project(root)
+    fd, host_file = tempfile.mkstemp(prefix="trainee-host-", dir="/tmp")
+    os.close(fd)
+    inside_file = f"/tmp/trainee-inside-{os.getpid()}.txt"
+    try:
+        results = run_probe(
+            spec,
+            round_of(spec),
+            [("exists", host_file), ("listdir", "/tmp"), ("write", inside_file)],
+        )
+        # only the path down to the project (re-bound under the tmpfs) is there
+        first = Path(root).relative_to("/tmp").parts[0]
+        assert results == [False, [first], "ok"]
+        assert not os.path.exists(inside_file)
+    finally:
+        os.unlink(host_file)
+
+
+@pytest.mark.parametrize(("network", "expected"), [(True, ["ok"]), (False, ["ECONNREFUSED"])])
+def test_network_false_cuts_the_job_off(tmp_path: Path, network: bool, expected: list[str]) -> None:
+    spec = project(tmp_path / "proj")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        results = run_probe(spec, round_of(spec), [("connect", port)], network=network)
+    if not network and results != expected:
+        assert results[0] in ("ENETUNREACH", "EHOSTUNREACH"), results
+    else:
+        assert results == expected
+
+
+JOB = textwrap.dedent(
+    """\
+    import os, signal, sys, time
+    round_dir = os.environ["TRAINEE_ROUND_DIR"]
+    def stop(signum, frame):
+        with open(os.path.join(round_dir, "stopped.txt"), "w") as fh:
+            fh.write("graceful\\n")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    with open(os.path.join(round_dir, "ready.txt"), "w") as fh:
+        fh.write("ready\\n")
+    time.sleep(120)
+    """
+)
+
+PARENT = textwrap.dedent(
+    """\
+    import json, subprocess, sys, time
+    argv, env, cwd = json.loads(sys.argv[1])
+    proc = subprocess.Popen(argv, env=env, cwd=cwd)
+    print(proc.pid, flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def wait_for(condition: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def job_argv(spec: ProjectSpec, rnd: RoundLayout) -> tuple[list[str], dict[str, str]]:
+    argv = bwrap_argv([sys.executable, "-c", JOB], layout=rnd, cwd=spec.working_dir)
+    return argv, build_env(spec, rnd, os.environ)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_job_dies_with_the_process_that_started_bwrap(tmp_path: Path) -> None:
+    spec = project(tmp_path / "proj")
+    rnd = round_of(spec)
+    argv, env = job_argv(spec, rnd)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, json.dumps([argv, env, spec.working_dir])],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        bwrap_pid = int(parent.stdout.readline())
+        wait_for((rnd.dir / "ready.txt").exists, "the job to start")
+        jobs = sandboxed_pids(bwrap_pid)
+        assert jobs and all(alive(p) for p in jobs)
+        parent.kill()
+        parent.wait()
+        wait_for(lambda: not any(alive(p) for p in [bwrap_pid, *jobs]), "the sandbox to die")
+    finally:
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+    assert not (rnd.dir / "stopped.txt").exists()
+
+
+def test_signal_sandboxed_stops_the_job_gracefully(tmp_path: Path) -> None:
+    spec = project(tmp_path / "proj")
+    rnd = round_of(spec)
+    argv, env = job_argv(spec, rnd)
+    proc = subprocess.Popen(argv, env=env, cwd=spec.working_dir, start_new_session=True)
+    try:
+        wait_for((rnd.dir / "ready.txt").exists, "the job to start")
+        assert signal_sandboxed(proc.pid, signal.SIGTERM) == 1
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert (rnd.dir / "stopped.txt").read_text() == "graceful\n"
+    assert sandboxed_pids(proc.pid) == []
+
+
+def test_the_yaml_config_example_trains_inside_the_sandbox(tmp_path: Path) -> None:
+    root = tmp_path / "yaml-config"
+    shutil.copytree(EXAMPLES / "yaml-config", root)
+    before = {p: digest(p) for p in root.rglob("*") if p.is_file()}
+    from trainee.spec import load_project
+
+    spec = load_project(root)
+    rnd = round_of(spec)
+    base_env = dict(os.environ)
+    base_env["PATH"] = f"{Path(sys.executable).parent}:{base_env.get('PATH', os.defpath)}"
+    rendered = render_round(spec, rnd, {"lr": 0.05, "l2_weight": 1e-06}, base_env=base_env)
+    wrapped = wrap(rendered, spec, rnd, network=False)
+    proc = subprocess.run(
+        wrapped.argv, env=wrapped.env, cwd=wrapped.cwd, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "final val_loss=" in proc.stdout
+    lines = (rnd.outputs / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["val_loss"] > 0
+    after = {p: digest(p) for p in root.rglob("*") if p.is_file() and ".trainee" not in p.parts}
+    assert after == {p: h for p, h in before.items() if ".trainee" not in p.parts}

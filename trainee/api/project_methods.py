@@ -1,0 +1,317 @@
+"""Project setup methods: init, prepare, tunables, doctor, dry run, register, get, context."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from trainee.api.context import CallContext
+from trainee.api.methods import registry
+from trainee.discovery.init import InitResult, PrepareResult, init_project, prepare_project
+from trainee.discovery.tunables import TunablesResult, discover_tunables
+from trainee.errors import ConfigError, InvalidParams
+from trainee.launch.layout import ProjectLayout
+from trainee.launch.render import config_diff, render_round
+from trainee.launch.sandbox import check_bwrap
+from trainee.session.doctor import DoctorReport, run_doctor
+from trainee.spec import (
+    ProjectFileSpec,
+    ProjectSpec,
+    SecurityMode,
+    TuningFileSpec,
+    check_project,
+    load_project,
+    save_project_files,
+)
+from trainee.spec import wire as w
+
+
+def project_root_of(ctx: CallContext, given: str | None) -> str:
+    """An absolute, existing project folder from the params or the daemon's binding."""
+    if given is None:
+        bound = ctx.services.project_root
+        if bound is None:
+            raise InvalidParams(
+                "no project_root given and the daemon is not bound to a project",
+                {"field": "project_root", "reason": "missing"},
+            )
+        return str(bound)
+    if not os.path.isabs(given):
+        raise InvalidParams(
+            f"project_root must be an absolute path, got {given!r}",
+            {"field": "project_root", "reason": "not absolute"},
+        )
+    if not os.path.isdir(given):
+        raise InvalidParams(
+            f"project_root {given} is not a folder",
+            {"field": "project_root", "reason": "not a folder"},
+        )
+    return os.path.realpath(given)
+
+
+async def _provider_test(
+    ctx: CallContext, skip: bool, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    if skip:
+        return {"skipped": True}
+    from trainee.llm.client import live_test
+    from trainee.llm.settings import load_settings
+
+    settings = load_settings(env or dict(os.environ))
+    if settings.provider == "none":
+        return {"ok": False, "provider": "none", "error": "no LLM provider configured"}
+    return await live_test(settings)
+
+
+class InitOutput(msgspec.Struct, kw_only=True):
+    init: InitResult
+    provider_test: dict[str, Any]
+
+
+@registry.method(w.ProjectInitParams, InitOutput)
+async def project_init(ctx: CallContext, params: w.ProjectInitParams) -> InitOutput:
+    """Create the .trainee/ files of a project (non-destructive unless ``force``).
+
+    Writes project.yaml (from static discovery: entrypoint, environment, fixed
+    limit flags), an empty tuning.yaml, context.md, README.md (what was
+    detected and why), logs/, runs/, artifacts/ and a .gitignore. Existing
+    files are kept and reported as kept.
+    """
+    root = project_root_of(ctx, params.project_root)
+    result = await anyio.to_thread.run_sync(
+        lambda: init_project(root, baseline_config=params.baseline_config, force=params.force)
+    )
+    return InitOutput(
+        init=result, provider_test=await _provider_test(ctx, params.skip_provider_test)
+    )
+
+
+class PrepareOutput(msgspec.Struct, kw_only=True):
+    prepare: PrepareResult
+    provider_test: dict[str, Any]
+
+
+@registry.method(w.ProjectPrepareParams, PrepareOutput)
+async def project_prepare(ctx: CallContext, params: w.ProjectPrepareParams) -> PrepareOutput:
+    """Validate a project and fill an empty tuning.yaml from discovery; write context.md if missing.
+
+    Never lists output.config_path, launch.args, run.fixed_args or data flags.
+    ``replace`` regenerates tuning.yaml and context.md. Review the result.
+    """
+    root = project_root_of(ctx, params.project_root)
+    result = await anyio.to_thread.run_sync(lambda: prepare_project(root, replace=params.replace))
+    return PrepareOutput(
+        prepare=result, provider_test=await _provider_test(ctx, params.skip_provider_test)
+    )
+
+
+@registry.method(w.TunablesDiscoverParams, TunablesResult)
+async def tunables_discover(ctx: CallContext, params: w.TunablesDiscoverParams) -> TunablesResult:
+    """Suggest tunable parameters with the reason for each; ``apply`` writes them to tuning.yaml.
+
+    Suggestions come from the baseline config and the entrypoint's options,
+    ranked by hyperparameter names, with bounds from the value's magnitude.
+    """
+    root = project_root_of(ctx, params.project_root)
+    return await anyio.to_thread.run_sync(
+        lambda: discover_tunables(
+            root, limit=params.limit, apply=params.apply, replace=params.replace
+        )
+    )
+
+
+@registry.method(w.DoctorParams, DoctorReport)
+async def project_doctor(ctx: CallContext, params: w.DoctorParams) -> DoctorReport:
+    """Check that a project is ready to run: one row per check, each pass / warn / fail with a fix.
+
+    Config, data paths, environment, launcher, sandbox, paths inside
+    .trainee/, output.config_path, the provider live test, and each metric spec
+    tried on the last round log when there is one.
+    """
+    root = project_root_of(ctx, params.project_root)
+    return await run_doctor(
+        root, env=dict(os.environ), skip_provider_test=params.skip_provider_test
+    )
+
+
+class DryRunResult(msgspec.Struct, kw_only=True):
+    project_root: str
+    security_mode: str
+    command: str
+    argv: list[str]
+    cwd: str
+    config_path: str | None
+    config_diff: str
+    env: dict[str, str]
+
+
+@registry.method(w.DryRunParams, DryRunResult)
+async def loop_dry_run(ctx: CallContext, params: w.DryRunParams) -> DryRunResult:
+    """Preflight, then the exact baseline command and the round config diff; starts nothing.
+
+    Creates no runtime database and no round folder: the round config is
+    rendered to a temporary file only to show its diff against the baseline.
+    """
+    root = project_root_of(ctx, params.project_root)
+    spec = await anyio.to_thread.run_sync(load_project, root)
+    mode = params.security_mode or str(spec.advanced.security_mode)
+    if mode not in ("guarded", "unsafe"):
+        raise InvalidParams(
+            f"security_mode must be guarded or unsafe, got {mode!r}", {"field": "security_mode"}
+        )
+    if mode == SecurityMode.GUARDED:
+        await anyio.to_thread.run_sync(check_bwrap)
+    env = params.env or dict(os.environ)
+    return await anyio.to_thread.run_sync(lambda: _dry_run(spec, mode, env))
+
+
+def _dry_run(spec: ProjectSpec, mode: str, env: dict[str, str]) -> DryRunResult:
+    import tempfile
+
+    from trainee.launch.layout import ProjectLayout as _PL
+
+    baseline = {t.name: t.baseline for t in spec.tunables}
+    # Render against a throwaway copy of the layout so nothing is created in the project.
+    with tempfile.TemporaryDirectory(prefix="trainee-dry-") as tmp:
+        real = ProjectLayout.for_root(spec.project_root, env)
+        rnd = real.session(1).round(1)
+        shown = render_round(
+            spec, rnd, baseline, base_env=env, security_mode=mode, write_config=False
+        )
+        diff = ""
+        if spec.baseline_config:
+            scratch = _PL(Path(spec.project_root), Path(tmp) / ".trainee", Path(tmp) / ".trainee")
+            scratch_rnd = scratch.session(1).round(1)
+            from trainee.launch.roundconfig import write_round_config
+
+            written = write_round_config(spec, scratch_rnd, baseline)
+            if written is not None:
+                text = config_diff(Path(spec.baseline_config), written)
+                diff = text.replace(str(scratch_rnd.dir), str(rnd.dir))
+    visible_env = {
+        k: v for k, v in shown.env.items() if k.startswith("TRAINEE_") or k in _SHOWN_ENV
+    }
+    return DryRunResult(
+        project_root=spec.project_root,
+        security_mode=mode,
+        command=shown.display,
+        argv=list(shown.argv),
+        cwd=shown.cwd,
+        config_path=shown.config_path,
+        config_diff=diff,
+        env=visible_env,
+    )
+
+
+_SHOWN_ENV = {
+    "PYTHONUNBUFFERED",
+    "HOME",
+    "XDG_CACHE_HOME",
+    "HF_HOME",
+    "TORCH_HOME",
+    "MPLCONFIGDIR",
+    "WANDB_DIR",
+}
+
+
+class ProjectGetResult(msgspec.Struct, kw_only=True):
+    project_root: str
+    project: dict[str, Any]
+    tuning: dict[str, Any]
+    tunables: list[dict[str, Any]]
+    baseline_config: str | None
+
+
+@registry.method(w.ProjectRootParams, ProjectGetResult)
+async def project_get(ctx: CallContext, params: w.ProjectRootParams) -> ProjectGetResult:
+    """Return a project's configuration as loaded and checked (project.yaml, tuning.yaml, tunables).
+
+    Each tunable carries its resolved baseline value (config-backed params read
+    it from the baseline config).
+    """
+    root = project_root_of(ctx, params.project_root)
+    spec = await anyio.to_thread.run_sync(load_project, root)
+    return ProjectGetResult(
+        project_root=spec.project_root,
+        project=msgspec.to_builtins(spec.to_project_file()),
+        tuning=msgspec.to_builtins(spec.to_tuning_file()),
+        tunables=[
+            {k: v for k, v in msgspec.to_builtins(t).items() if k != "param"} for t in spec.tunables
+        ],
+        baseline_config=spec.baseline_config,
+    )
+
+
+@registry.method(w.ProjectRegisterParams, ProjectGetResult)
+async def project_register(ctx: CallContext, params: w.ProjectRegisterParams) -> ProjectGetResult:
+    """Write normalized project.yaml and tuning.yaml for a project, keeping the user's comments.
+
+    Takes the project.yaml fields at top level plus ``tuning`` (the tuning.yaml
+    content) and ``project_root``. Everything is validated first; on any error
+    nothing is written.
+    """
+    root = project_root_of(ctx, params.project_root)
+    raw = msgspec.to_builtins(params)
+    tuning_raw = raw.pop("tuning") or {}
+    raw.pop("project_root")
+    try:
+        project = msgspec.convert(raw, ProjectFileSpec)
+        tuning = msgspec.convert(tuning_raw or {"version": 1}, TuningFileSpec)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(
+            f"project_register: {exc}", field=_path_of(str(exc)), reason=str(exc)
+        ) from None
+
+    def write() -> None:
+        check_project(root, project, tuning)
+        (Path(root) / ".trainee").mkdir(exist_ok=True)
+        save_project_files(root, project, tuning)
+
+    await anyio.to_thread.run_sync(write)
+    return await project_get(ctx, w.ProjectRootParams(project_root=root))
+
+
+def _path_of(message: str) -> str | None:
+    marker = "at `$."
+    if marker in message:
+        return message.split(marker, 1)[1].rstrip("`")
+    return None
+
+
+class ContextResult(msgspec.Struct, kw_only=True):
+    path: str
+    content: str
+
+
+@registry.method(w.ProjectUpdateContextParams, ContextResult)
+async def project_update_context(
+    ctx: CallContext, params: w.ProjectUpdateContextParams
+) -> ContextResult:
+    """Replace (or ``append`` to) a project's .trainee/context.md; returns the new content.
+
+    This file is part of every decision prompt: what the project is, what
+    matters, what must not change.
+    """
+    root = project_root_of(ctx, params.project_root)
+    path = Path(root) / ".trainee" / "context.md"
+    if not path.parent.is_dir():
+        raise InvalidParams(
+            f"{path.parent} does not exist: run trainee init first", {"field": "project_root"}
+        )
+    if len(params.content) > 256 * 1024:
+        raise InvalidParams("context.md content is limited to 256 KiB", {"field": "content"})
+
+    def write() -> str:
+        current = path.read_text() if path.exists() and params.append else ""
+        text = current + ("\n" if current and not current.endswith("\n") else "") + params.content
+        tmp = path.with_suffix(".md.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+        return text
+
+    content = await anyio.to_thread.run_sync(write)
+    return ContextResult(path=str(path), content=content)

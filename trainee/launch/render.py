@@ -1,0 +1,287 @@
+"""A round's command line, environment and working folder, exactly as the spec says.
+
+Arguments follow the launch command in this order: 1. ``--config <round config>``
+when ``launch.baseline_config`` is set, 2. ``launch.args``, 3. data entries that have
+a flag (their absolute path), 4. ``run.fixed_args``, 5. the flag and override
+tunables of tuning.yaml (config-backed ones go into the round config instead).
+``launch.environment`` adds its prefix; ``advanced.shell_command`` replaces all of
+it with a ``/bin/sh -c`` template (not a login shell, so the caller's PATH holds).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shlex
+import string
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import msgspec
+
+from trainee.errors import InvalidParams, LaunchError
+from trainee.launch import sandbox
+from trainee.launch.layout import RoundLayout
+from trainee.launch.roundconfig import (
+    ParamValues,
+    resolve_params,
+    round_config_path,
+    write_round_config,
+)
+from trainee.spec import (
+    Environment,
+    ParamSource,
+    ProjectSpec,
+    SecurityMode,
+    render_arg,
+    render_param,
+)
+
+__all__ = [
+    "DROPPED_ENV",
+    "RenderedRound",
+    "build_argv",
+    "build_env",
+    "build_extra_args",
+    "build_shell_text",
+    "command_prefix",
+    "config_diff",
+    "render_round",
+    "shell_display",
+    "shell_values",
+]
+
+DROPPED_ENV: frozenset[str] = frozenset(
+    {
+        "NOTIFY_SOCKET",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+        "LISTEN_FDS",
+        "LISTEN_PID",
+        "LISTEN_FDNAMES",
+    }
+)
+"""Variables of the caller (systemd's, mostly) that must not reach the job. Every
+inherited ``TRAINEE_*`` variable is dropped too: the job gets its own five."""
+
+_PYTHONS = ("python", "python3")
+
+
+class RenderedRound(msgspec.Struct, frozen=True, kw_only=True):
+    """What to exec for a round."""
+
+    argv: tuple[str, ...]
+    """The command (``("/bin/sh", "-c", text)`` for a shell command; bwrap's after wrap)."""
+    env: dict[str, str]
+    """The child's full environment."""
+    cwd: str
+    """``advanced.working_dir``, resolved."""
+    config_path: str | None
+    """The per-round config (None without ``launch.baseline_config``)."""
+    display: str
+    """A copy-pasteable shell line of the command, without env (and without bwrap)."""
+
+
+def render_round(
+    spec: ProjectSpec,
+    rnd: RoundLayout,
+    params: ParamValues,
+    *,
+    base_env: Mapping[str, str],
+    security_mode: SecurityMode | str | None = None,
+    write_config: bool = True,
+) -> RenderedRound:
+    """Check ``params``, write the round config and build argv/env/cwd.
+
+    ``security_mode`` (default: the spec's) does not wrap anything (that is
+    :func:`trainee.launch.sandbox.wrap`); in guarded mode it refuses, before anything
+    is written, writable folders that a symlink leads out of ``.trainee/``.
+    ``write_config=False`` (dry run) writes nothing and creates no folder.
+    """
+    mode = _security_mode(spec, security_mode)
+    resolve_params(spec, params)
+    # everything that can refuse runs before anything is written
+    if spec.advanced.shell_command is not None:
+        text = build_shell_text(spec, rnd, params)
+        argv: tuple[str, ...] = ("/bin/sh", "-c", text)
+        display = text
+    else:
+        argv = tuple(build_argv(spec, rnd, params))
+        display = shell_display(argv)
+    if mode == SecurityMode.GUARDED:
+        sandbox.writable_paths(rnd, create=write_config)
+    config = round_config_path(spec, rnd) if spec.baseline_config is not None else None
+    if write_config:
+        rnd.outputs.mkdir(parents=True, exist_ok=True)
+        config = write_round_config(spec, rnd, params)
+    env = build_env(spec, rnd, base_env, create=write_config)
+    return RenderedRound(
+        argv=argv,
+        env=env,
+        cwd=spec.working_dir,
+        config_path=str(config) if config is not None else None,
+        display=display,
+    )
+
+
+def _security_mode(spec: ProjectSpec, mode: SecurityMode | str | None) -> SecurityMode:
+    if mode is None:
+        return SecurityMode(spec.advanced.security_mode)
+    try:
+        return SecurityMode(mode)
+    except ValueError:
+        allowed = ", ".join(m.value for m in SecurityMode)
+        raise InvalidParams(
+            f"unknown security mode {mode!r}; expected one of: {allowed}",
+            {"field": "security_mode", "value": str(mode)},
+        ) from None
+
+
+# -- argv ----------------------------------------------------------------------------------
+
+
+def build_extra_args(spec: ProjectSpec, rnd: RoundLayout, params: ParamValues) -> list[str]:
+    """Argument groups 1-5, in order, without the command."""
+    values = resolve_params(spec, params)
+    style = spec.launch.arg_style
+    out: list[str] = []
+    if spec.baseline_config is not None:
+        out += render_arg("--config", str(round_config_path(spec, rnd)), style)
+    for arg in spec.launch.args:
+        out += render_arg(arg.flag, arg.value, style)
+    for item in spec.data:
+        if item.flag:
+            path = os.path.normpath(os.path.join(spec.project_root, item.path))
+            out += render_arg(item.flag, path, style)
+    for arg in spec.run.fixed_args:
+        out += render_arg(arg.flag, arg.value, style)
+    for tunable in spec.tunables:
+        if tunable.source in (ParamSource.FLAG, ParamSource.OVERRIDE):
+            try:
+                out += render_param(tunable, values[tunable.name], style)
+            except (TypeError, ValueError) as exc:
+                raise InvalidParams(
+                    f"param '{tunable.name}': {exc}", {"param": tunable.name}
+                ) from None
+    return out
+
+
+def build_argv(spec: ProjectSpec, rnd: RoundLayout, params: ParamValues) -> list[str]:
+    """``launch.command`` with the environment's prefix, then argument groups 1-5."""
+    return [*command_prefix(spec), *build_extra_args(spec, rnd, params)]
+
+
+def command_prefix(spec: ProjectSpec) -> list[str]:
+    """``launch.command`` wrapped for ``launch.environment``."""
+    command = list(spec.launch.command)
+    env = Environment(spec.launch.environment)
+    if env == Environment.UV:
+        return ["uv", "run", *command]
+    if env == Environment.CONDA:
+        if not spec.launch.env_name:
+            raise LaunchError("launch.environment is conda but launch.env_name is not set")
+        # --no-capture-output: conda run would otherwise hold the job's output until
+        # it exits; trainee tails it live.
+        return ["conda", "run", "--no-capture-output", "-n", spec.launch.env_name, *command]
+    if env == Environment.VENV:
+        bindir = Path(spec.project_root) / ".venv" / "bin"
+        if command[0] in _PYTHONS:
+            python = bindir / "python"
+            if not os.path.exists(python):
+                raise LaunchError(
+                    f"launch.environment is venv but {python} does not exist; create the "
+                    "virtualenv (python -m venv .venv) or set launch.environment: system",
+                    {"field": "launch.environment", "path": str(python)},
+                )
+            return [str(python), *command[1:]]
+        if "/" not in command[0] and os.path.exists(bindir / command[0]):
+            return [str(bindir / command[0]), *command[1:]]
+    return command
+
+
+# -- shell command -----------------------------------------------------------------------
+
+
+def shell_values(spec: ProjectSpec, rnd: RoundLayout, params: ParamValues) -> dict[str, str]:
+    """The template variables of ``advanced.shell_command``, each shell-quoted."""
+    where = rnd.placeholders()
+    raw = {
+        "project_root": where["project_root"],
+        "working_dir": spec.working_dir,
+        "trainee_dir": where["trainee_dir"],
+        "session_id": where["session_id"],
+        "round_index": where["round_index"],
+        "session_dir": where["session_dir"],
+        "round_dir": where["round_dir"],
+        "config_path": str(round_config_path(spec, rnd)),
+    }
+    values = {name: shlex.quote(value) for name, value in raw.items()}
+    values["extra_args"] = shlex.join(build_extra_args(spec, rnd, params))
+    return values
+
+
+def build_shell_text(spec: ProjectSpec, rnd: RoundLayout, params: ParamValues) -> str:
+    """``advanced.shell_command`` with its ``{variables}`` filled in (shell-quoted)."""
+    template = spec.advanced.shell_command
+    if template is None:
+        raise LaunchError("advanced.shell_command is not set")
+    values = shell_values(spec, rnd, params)
+    try:
+        return string.Formatter().vformat(template, (), values)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise LaunchError(
+            f"advanced.shell_command cannot be filled in: {exc}",
+            {"field": "advanced.shell_command"},
+        ) from None
+
+
+# -- environment -------------------------------------------------------------------------
+
+
+def build_env(
+    spec: ProjectSpec, rnd: RoundLayout, base_env: Mapping[str, str], *, create: bool = True
+) -> dict[str, str]:
+    """The child's environment: ``base_env`` (PATH and all) minus :data:`DROPPED_ENV`
+    and inherited ``TRAINEE_*``, plus PYTHONUNBUFFERED=1, the round's ``TRAINEE_*``
+    and the cache variables redirected into ``.trainee/cache/`` (created)."""
+    env = {
+        key: value
+        for key, value in base_env.items()
+        if key not in DROPPED_ENV and not key.startswith("TRAINEE_")
+    }
+    where = rnd.placeholders()
+    env["PYTHONUNBUFFERED"] = "1"
+    env["TRAINEE_SESSION_ID"] = where["session_id"]
+    env["TRAINEE_ROUND_INDEX"] = where["round_index"]
+    env["TRAINEE_SESSION_DIR"] = where["session_dir"]
+    env["TRAINEE_ROUND_DIR"] = where["round_dir"]
+    env["TRAINEE_CONFIG_PATH"] = str(round_config_path(spec, rnd))
+    for var, path in rnd.session.project.cache_dirs().items():
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+        env[var] = str(path)
+    return env
+
+
+# -- display -------------------------------------------------------------------------------
+
+
+def shell_display(argv: Sequence[str]) -> str:
+    """A shell line that runs ``argv`` when pasted."""
+    return shlex.join(argv)
+
+
+def config_diff(baseline: Path, round_config: Path, *, text: str | None = None) -> str:
+    """A unified diff of the round config against the baseline (empty when equal).
+
+    ``text`` is the round config's text when it was not written (a dry run: see
+    :func:`trainee.launch.roundconfig.round_config_text`); ``round_config`` labels it.
+    """
+    old = baseline.read_text(encoding="utf-8").splitlines(keepends=True)
+    if text is None:
+        text = round_config.read_text(encoding="utf-8")
+    new = text.splitlines(keepends=True)
+    out: list[str] = []
+    for line in difflib.unified_diff(old, new, fromfile=str(baseline), tofile=str(round_config)):
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)

@@ -1,0 +1,611 @@
+"""The decision plan: its JSON schema, tolerant parsing, validation and the repair request.
+
+A plan names only tuning.yaml parameters, by their exact names. Parsing is
+tolerant about the wrapping (code fences, prose around the JSON) but never
+about the names: a parameter given by its flag or a close synonym is reported
+back with a suggestion, it is never renamed. Validation lists every problem at
+once, so the model gets exactly one repair request with all of them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from trainee.spec import ParamType, TunableSpec
+
+__all__ = [
+    "PLAN_KEYS",
+    "DecisionPlan",
+    "ParseResult",
+    "Problem",
+    "effective_params",
+    "format_value",
+    "params_diff",
+    "params_equal",
+    "parse_plan",
+    "plan_json_schema",
+    "repair_message",
+    "suggest_name",
+    "validate_plan",
+    "values_equal",
+]
+
+PLAN_KEYS = ("hypothesis", "change_summary", "params", "expected", "stop", "stop_reason")
+"""The fields of a plan, in the order the model is asked to write them."""
+
+REL_TOL = 1e-9
+"""Relative tolerance when comparing float parameter values."""
+
+_MAX_TEXT = 200_000
+"""Only this many characters of a response are searched for the plan (the tail is kept)."""
+
+_MAX_DECODES = 400
+"""At most this many candidate objects are decoded, so garbage input stays cheap."""
+
+_TEXT_FIELDS = ("hypothesis", "change_summary", "expected", "stop_reason")
+
+_INT_TEXT = re.compile(r"[+-]?\d+")
+_FLOAT_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "lr": ("learning_rate", "learningrate", "base_lr", "eta"),
+    "batch_size": ("bs", "batch", "batchsize", "train_batch_size"),
+    "epochs": ("num_epochs", "max_epochs", "n_epochs", "epoch"),
+    "weight_decay": ("wd", "l2", "l2_reg", "decay"),
+    "dropout": ("dropout_rate", "drop_rate", "p_dropout", "dropout_prob"),
+    "warmup_steps": ("warmup", "num_warmup_steps"),
+    "momentum": ("beta", "beta1"),
+    "hidden_size": ("hidden_dim", "d_model", "width"),
+    "num_layers": ("layers", "n_layers", "depth"),
+}
+"""Common alternative spellings; used only to *suggest* a name, never to rename."""
+
+
+# -- the plan ----------------------------------------------------------------------------
+
+
+class DecisionPlan(msgspec.Struct, kw_only=True):
+    """One structured iteration plan: what to change, why, and how to tell if it worked."""
+
+    hypothesis: str
+    change_summary: str
+    params: dict[str, Any]
+    expected: str
+    stop: bool = False
+    stop_reason: str = ""
+
+
+class Problem(msgspec.Struct):
+    """One thing wrong with a plan: the field (``params.lr``) and why."""
+
+    field: str
+    reason: str
+
+
+class ParseResult(msgspec.Struct):
+    """The parsed plan (None when no usable plan object was found), problems and notes.
+
+    ``notes`` record tolerated liberties (a numeric string read as a number, an
+    ignored extra field); ``problems`` are what the repair request must list.
+    """
+
+    plan: DecisionPlan | None
+    problems: list[Problem]
+    notes: list[str]
+
+
+# -- schema ------------------------------------------------------------------------------
+
+
+def plan_json_schema(tunables: Sequence[TunableSpec]) -> dict[str, Any]:
+    """The JSON schema of a plan for these tunables (sent to providers that support it)."""
+    props: dict[str, Any] = {}
+    for t in tunables:
+        props[t.name] = _param_schema(t)
+    return {
+        "title": "DecisionPlan",
+        "type": "object",
+        "properties": {
+            "hypothesis": {
+                "type": "string",
+                "description": "Why this change should improve the primary metric, "
+                "given the evidence so far.",
+            },
+            "change_summary": {
+                "type": "string",
+                "description": "The change in a few words, and why it beats the alternatives.",
+            },
+            "params": {
+                "type": "object",
+                "description": "Only the parameters to change, by their exact names; "
+                "the others keep their baseline values.",
+                "properties": props,
+                "additionalProperties": False,
+            },
+            "expected": {
+                "type": "string",
+                "description": "The success criterion: a number or direction for the "
+                "primary metric, e.g. 'val_loss < 0.25' or 'val_loss decreases by 5%'.",
+            },
+            "stop": {"type": "boolean", "description": "true to end the session."},
+            "stop_reason": {
+                "type": "string",
+                "description": "Why the session should stop (required when stop is true).",
+            },
+        },
+        "required": list(PLAN_KEYS),
+        "additionalProperties": False,
+    }
+
+
+def _param_schema(t: TunableSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if t.type == ParamType.FLOAT:
+        out["type"] = "number"
+    elif t.type == ParamType.INT:
+        out["type"] = "integer"
+    elif t.type == ParamType.BOOL:
+        out["type"] = "boolean"
+    if t.choices:
+        out["enum"] = list(t.choices)
+    if t.min_value is not None:
+        out["minimum"] = t.min_value
+    elif t.log:
+        out["exclusiveMinimum"] = 0
+    if t.max_value is not None:
+        out["maximum"] = t.max_value
+    if t.description:
+        out["description"] = t.description
+    return out
+
+
+# -- parsing -----------------------------------------------------------------------------
+
+
+def parse_plan(text: str, tunables: Sequence[TunableSpec]) -> ParseResult:
+    """Find the plan in a model response and read it tolerantly; never raises.
+
+    Accepts raw JSON, fenced JSON and JSON wrapped in prose; uses the last
+    top-level object that has plan keys. Numeric strings for numeric params are
+    read when they parse exactly (with a note). Unknown parameter names become
+    problems with a suggestion, and the name is kept as written.
+    """
+    try:
+        return _parse_plan(text, tunables)
+    except Exception as exc:  # a parser bug must not take the session down
+        return ParseResult(
+            plan=None,
+            problems=[Problem("response", f"could not be read as a plan ({type(exc).__name__})")],
+            notes=[],
+        )
+
+
+def _parse_plan(text: str, tunables: Sequence[TunableSpec]) -> ParseResult:
+    notes: list[str] = []
+    if not isinstance(text, str) or not text.strip():
+        return ParseResult(
+            plan=None, problems=[Problem("response", "empty; expected one JSON object")], notes=[]
+        )
+    if len(text) > _MAX_TEXT:
+        notes.append(f"response is {len(text)} chars; only the last {_MAX_TEXT} were searched")
+        text = text[-_MAX_TEXT:]
+    objects = _top_level_objects(text)
+    plans: list[dict[str, Any]] = []
+    for obj in objects:
+        if any(k in obj for k in PLAN_KEYS):
+            plans.append(obj)
+            continue
+        for key, value in obj.items():
+            if isinstance(value, dict) and any(k in value for k in PLAN_KEYS):
+                notes.append(f"the plan was read from inside the field '{_clip(key)}'")
+                plans.append(value)
+                break
+    if not plans:
+        reason = (
+            "no JSON object with the plan fields found"
+            if objects
+            else "no JSON object found; reply with one JSON object"
+        )
+        return ParseResult(plan=None, problems=[Problem("response", reason)], notes=notes)
+    if len(plans) > 1:
+        notes.append(f"response held {len(plans)} plan objects; the last one was used")
+    return _read_plan(plans[-1], tunables, notes)
+
+
+def _read_plan(
+    data: dict[str, Any], tunables: Sequence[TunableSpec], notes: list[str]
+) -> ParseResult:
+    problems: list[Problem] = []
+    for key in data:
+        if key not in PLAN_KEYS:
+            notes.append(f"ignored the extra field '{_clip(key)}'")
+
+    stop = data.get("stop", False)
+    if "stop" not in data:
+        notes.append("'stop' was missing; read as false")
+    if not isinstance(stop, bool):
+        problems.append(Problem("stop", f"must be true or false, got {_show(stop)}"))
+        stop = False
+
+    texts: dict[str, str] = {}
+    for key in _TEXT_FIELDS:
+        value = data.get(key)
+        if value is None:
+            texts[key] = ""
+            if key != "stop_reason" and not stop:
+                problems.append(Problem(key, "missing; it is required"))
+        elif isinstance(value, str):
+            texts[key] = value
+        else:
+            texts[key] = ""
+            problems.append(Problem(key, f"must be a string, got {_show(value)}"))
+
+    raw_params = data.get("params")
+    params: dict[str, Any] = {}
+    if raw_params is None:
+        if not stop:
+            problems.append(Problem("params", "missing; it is required"))
+    elif not isinstance(raw_params, dict):
+        problems.append(
+            Problem(
+                "params",
+                f"must be an object mapping parameter names to values, got {_show(raw_params)}",
+            )
+        )
+    else:
+        by_name = {t.name: t for t in tunables}
+        for name, value in raw_params.items():
+            spec = by_name.get(name)
+            if spec is None:
+                problems.append(Problem(f"params.{_clip(name)}", _unknown_reason(name, tunables)))
+                params[name] = value
+                continue
+            params[name] = _coerce_value(spec, value, notes)
+
+    plan = DecisionPlan(
+        hypothesis=texts["hypothesis"],
+        change_summary=texts["change_summary"],
+        params=params,
+        expected=texts["expected"],
+        stop=stop,
+        stop_reason=texts["stop_reason"],
+    )
+    return ParseResult(plan=plan, problems=problems, notes=notes)
+
+
+def _coerce_value(spec: TunableSpec, value: Any, notes: list[str]) -> Any:
+    """Numbers in the param's own type: an int for a float param becomes a float, an
+    integral float for an int param an int; a numeric string becomes the number, only
+    if it parses exactly (with a note). Anything else is left for validation."""
+    if spec.type not in (ParamType.FLOAT, ParamType.INT) or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return _as_type(spec, value, notes)
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    number: int | float
+    if _INT_TEXT.fullmatch(text):
+        number = int(text)
+    elif _FLOAT_TEXT.fullmatch(text):
+        number = float(text)
+        if not math.isfinite(number):
+            return value
+    else:
+        return value
+    notes.append(f"params.{spec.name}: the string {value!r} was read as the number {number!r}")
+    return _as_type(spec, number, notes)
+
+
+def _as_type(spec: TunableSpec, value: int | float, notes: list[str]) -> int | float:
+    if spec.type == ParamType.FLOAT and isinstance(value, int):
+        return float(value)
+    if (
+        spec.type == ParamType.INT
+        and isinstance(value, float)
+        and math.isfinite(value)
+        and value.is_integer()
+    ):
+        notes.append(f"params.{spec.name}: {value!r} was read as the integer {int(value)}")
+        return int(value)
+    return value
+
+
+def _top_level_objects(text: str) -> list[dict[str, Any]]:
+    """Every JSON object in ``text`` not nested in another decoded one, in order."""
+    pairs = sorted(_brace_pairs(text, strings=True) | _brace_pairs(text, strings=False))
+    found: list[dict[str, Any]] = []
+    covered_end = -1
+    decodes = 0
+    for start, end in pairs:
+        if start <= covered_end:
+            continue
+        if decodes >= _MAX_DECODES:
+            break
+        decodes += 1
+        try:
+            value = msgspec.json.decode(text[start : end + 1])
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            continue
+        if isinstance(value, dict):
+            found.append(value)
+            covered_end = end
+    return found
+
+
+_BRACE_TOKENS = re.compile(r'[{}"\\]')
+
+
+def _brace_pairs(text: str, *, strings: bool) -> set[tuple[int, int]]:
+    """Matched ``{``/``}`` positions; with ``strings``, braces inside JSON strings
+    (tracked only while inside a brace) are skipped."""
+    pairs: set[tuple[int, int]] = set()
+    stack: list[int] = []
+    in_string = False
+    escaped_at = -1
+    for m in _BRACE_TOKENS.finditer(text):
+        ch, pos = m.group(), m.start()
+        if in_string:
+            if ch == "\\" and escaped_at != pos:
+                escaped_at = pos + 1
+            elif ch == '"' and escaped_at != pos:
+                in_string = False
+            continue
+        if ch == '"' and strings and stack:
+            in_string = True
+        elif ch == "{":
+            stack.append(pos)
+        elif ch == "}" and stack:
+            pairs.add((stack.pop(), pos))
+    return pairs
+
+
+# -- names -------------------------------------------------------------------------------
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.\s]+", "_", name.strip().lstrip("-+~").lower()).strip("_")
+
+
+def _initials(name: str) -> str:
+    parts = [p for p in _norm(name).split("_") if p]
+    return "".join(p[0] for p in parts) if len(parts) > 1 else ""
+
+
+def suggest_name(name: str, tunables: Sequence[TunableSpec]) -> str | None:
+    """The tunable ``name`` most likely means (by flag, key, case/underscores,
+    abbreviation, common synonyms or spelling), or None. Only ever a suggestion."""
+    if not tunables:
+        return None
+    wanted = _norm(name)
+    if not wanted:
+        return None
+    flat = wanted.replace("_", "")
+    for t in tunables:
+        aliases = {_norm(t.name), _norm(t.key), _norm(t.key.split(".")[-1])}
+        for attr in ("flag", "config_path", "override"):
+            value = getattr(t.param, attr, None)
+            if isinstance(value, str):
+                aliases.add(_norm(value))
+                aliases.add(_norm(value.split(".")[-1]))
+        if wanted in aliases or flat in {a.replace("_", "") for a in aliases}:
+            return t.name
+    for t in tunables:
+        tn = _norm(t.name)
+        if wanted == _initials(t.name) or tn == _initials(wanted):
+            return t.name
+        for canon, alts in _SYNONYMS.items():
+            group = {canon, *alts}
+            if wanted in group and tn in group:
+                return t.name
+    names = {_norm(t.name): t.name for t in tunables}
+    close = difflib.get_close_matches(wanted, list(names), n=1, cutoff=0.75)
+    return names[close[0]] if close else None
+
+
+def _unknown_reason(name: str, tunables: Sequence[TunableSpec]) -> str:
+    guess = suggest_name(name, tunables)
+    if guess is not None and guess != name:
+        return f"unknown parameter; did you mean '{guess}'?"
+    names = ", ".join(t.name for t in tunables) or "(none)"
+    return f"unknown parameter; the tunable parameters are: {names}"
+
+
+# -- validation --------------------------------------------------------------------------
+
+
+def validate_plan(
+    plan: DecisionPlan,
+    tunables: Sequence[TunableSpec],
+    *,
+    baseline: dict[str, Any],
+    tried: Iterable[dict[str, Any]],
+    rejected: Iterable[dict[str, Any]],
+) -> list[Problem]:
+    """Every rule the plan breaks (empty list = runnable).
+
+    ``tried`` and ``rejected`` hold full effective parameter dicts of earlier rounds.
+    """
+    problems: list[Problem] = []
+    by_name = {t.name: t for t in tunables}
+    if plan.stop:
+        if not plan.stop_reason.strip():
+            problems.append(Problem("stop_reason", "required when stop is true"))
+    else:
+        for key in ("hypothesis", "change_summary", "expected"):
+            if not str(getattr(plan, key)).strip():
+                problems.append(Problem(key, "must not be empty"))
+        if not plan.params:
+            problems.append(
+                Problem(
+                    "params",
+                    "empty; change at least one parameter, or set stop to true with a stop_reason",
+                )
+            )
+    param_problems: list[Problem] = []
+    for name, value in plan.params.items():
+        spec = by_name.get(name)
+        if spec is None:
+            param_problems.append(Problem(f"params.{_clip(name)}", _unknown_reason(name, tunables)))
+            continue
+        reason = _value_problem(spec, value)
+        if reason is not None:
+            param_problems.append(Problem(f"params.{name}", reason))
+    problems.extend(param_problems)
+    if not plan.stop and plan.params and not param_problems:
+        candidate = effective_params(baseline, plan.params)
+        if any(params_equal(candidate, r) for r in rejected):
+            problems.append(
+                Problem(
+                    "params",
+                    "this exact parameter set was already tried and rejected; propose a "
+                    "different change",
+                )
+            )
+        elif any(params_equal(candidate, t) for t in tried):
+            problems.append(
+                Problem(
+                    "params",
+                    "this exact parameter set was already tried; propose a different change",
+                )
+            )
+    return problems
+
+
+def _value_problem(spec: TunableSpec, value: Any) -> str | None:
+    """Why ``value`` is not allowed for ``spec``, or None."""
+    if spec.type == ParamType.BOOL:
+        return None if isinstance(value, bool) else f"must be true or false, got {_show(value)}"
+    if spec.choices:
+        if any(values_equal(value, c, rel_tol=0.0) for c in spec.choices):
+            return None
+        shown = ", ".join(_show(c) for c in spec.choices)
+        reason = f"{_show(value)} is not one of the choices: {shown}"
+        if isinstance(value, str):
+            texts = {str(c).lower(): str(c) for c in spec.choices if isinstance(c, str)}
+            close = difflib.get_close_matches(value.lower(), list(texts), n=1, cutoff=0.6)
+            if close:
+                reason += f" (did you mean {_show(texts[close[0]])}?)"
+        return reason
+    if spec.type == ParamType.CHOICE:
+        return f"{_show(value)} is not one of the choices"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"must be a number ({spec.type}), got {_show(value)}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if spec.type == ParamType.INT and isinstance(value, float) and not value.is_integer():
+        return f"must be an integer, got {value!r}"
+    lo, hi = spec.min_value, spec.max_value
+    if lo is not None and value < lo:
+        return f"{value!r} is below the minimum {lo!r} (bounds are inclusive: {_bounds(spec)})"
+    if hi is not None and value > hi:
+        return f"{value!r} is above the maximum {hi!r} (bounds are inclusive: {_bounds(spec)})"
+    if spec.log and value <= 0:
+        return f"{value!r} must be > 0 (log-scale parameter)"
+    return None
+
+
+def _bounds(spec: TunableSpec) -> str:
+    lo = "-inf" if spec.min_value is None else repr(spec.min_value)
+    hi = "inf" if spec.max_value is None else repr(spec.max_value)
+    return f"[{lo}, {hi}]"
+
+
+# -- params ------------------------------------------------------------------------------
+
+
+def effective_params(baseline: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """The full parameter set a round runs with: the baseline, overlaid with ``changes``."""
+    return {**baseline, **changes}
+
+
+def params_diff(baseline: dict[str, Any], params: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{name: {"from": baseline value, "to": value}}`` for the names whose value changed."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, value in params.items():
+        before = baseline.get(name)
+        if name not in baseline or not values_equal(before, value):
+            out[name] = {"from": before, "to": value}
+    return out
+
+
+def values_equal(a: Any, b: Any, *, rel_tol: float = REL_TOL) -> bool:
+    """Equal as parameter values: ``True`` is not ``1``; ``1 == 1.0``; floats within ``rel_tol``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        if isinstance(a, float) or isinstance(b, float):
+            return math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0) or a == b
+        return a == b
+    return bool(type(a) is type(b) and a == b)
+
+
+def params_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Same names and equal values (see :func:`values_equal`)."""
+    if set(a) != set(b):
+        return False
+    return all(values_equal(a[k], b[k]) for k in a)
+
+
+# -- repair ------------------------------------------------------------------------------
+
+
+def repair_message(problems: list[Problem]) -> str:
+    """The one repair request: every problem, the rules again, corrected JSON only."""
+    lines = ["Your plan was not accepted. Fix every problem below:"]
+    if problems:
+        lines.extend(f"- {p.field}: {p.reason}" for p in problems)
+    else:
+        lines.append("- response: no valid plan was found")
+    lines += [
+        "",
+        "Rules:",
+        "- Reply with exactly one JSON object with the fields hypothesis, change_summary, "
+        "params, expected, stop, stop_reason. No prose, no code fences.",
+        "- params holds only parameters from the search space, by their exact names "
+        "(not flags, not synonyms), with values of the right type inside the bounds or "
+        "choices. Parameters you leave out keep their baseline values.",
+        "- Do not repeat a parameter set that was already tried or rejected.",
+        "- expected states the success criterion for the primary metric (a number or a direction).",
+        "- To end the session set stop to true and give a stop_reason.",
+        "",
+        "Reply with the corrected JSON object only.",
+    ]
+    return "\n".join(lines)
+
+
+# -- display -----------------------------------------------------------------------------
+
+
+def format_value(value: Any) -> str:
+    """A parameter value as the model sees it: JSON spelling (true, null, 0.001)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return msgspec.json.encode(value).decode()
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, msgspec.EncodeError):
+        return repr(value)
+
+
+def _clip(name: str, limit: int = 80) -> str:
+    """A name from the response, cut short so an absurd key cannot flood the repair message."""
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    text = format_value(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,518 @@
+"""The research state of a session, and the pure transition that judges each round.
+
+Baseline = the first completed round with a value for the primary metric. Every
+later completed round is ``kept`` (a new best), ``neutral`` (not better than the
+best, not worse than the baseline) or ``rejected`` (worse than the baseline);
+failed, timed-out and metric-less rounds are ``rejected`` with the reason named
+(out of memory and nan/divergence are recognised in the log tail). The round's
+own prediction (``expected``) is judged too, so the next prompt can show the
+model which of its predictions were wrong. ``research_state.json`` is this
+Struct, encoded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "FALLBACK_METRICS",
+    "GOALS",
+    "ResearchState",
+    "RoundSummary",
+    "better",
+    "failure_kind",
+    "format_metric",
+    "judge_expected",
+    "new_state",
+    "record_round",
+    "state_from_json",
+    "state_to_json",
+]
+
+GOALS = ("min", "max")
+FALLBACK_METRICS = ("loss", "total_loss")
+"""Metrics used, in this order, when no primary metric is configured."""
+
+REL_TOL = 1e-9
+"""Two metric values within this relative tolerance count as equal."""
+
+KEPT, NEUTRAL, REJECTED, BASELINE = "kept", "neutral", "rejected", "baseline"
+HELD, FAILED, NOT_CHECKABLE = "held", "failed", "not checkable"
+
+
+class RoundSummary(msgspec.Struct, kw_only=True):
+    """One finished round as the research state sees it.
+
+    ``params`` is the full effective parameter set; ``diff`` the changes vs the
+    baseline (``{name: {"from", "to"}}``); ``metric`` the primary metric's value.
+    ``verdict`` is ``baseline``, ``kept``, ``neutral``, ``rejected`` or None (stopped).
+    """
+
+    index: int
+    status: str
+    params: dict[str, Any]
+    diff: dict[str, Any]
+    metric: float | None
+    metrics: dict[str, float]
+    hypothesis: str
+    expected: str
+    verdict: str | None
+    verdict_reason: str
+    duration_sec: float | None
+    failure_tail: list[str]
+
+
+class ResearchState(msgspec.Struct, kw_only=True):
+    """Everything the next decision needs to know about this session so far.
+
+    ``tried`` entries: ``{"round", "params", "diff", "status", "verdict"}``;
+    ``rejected`` entries: ``{"round", "params", "diff", "reason"}``;
+    ``hypotheses`` entries: ``{"round", "hypothesis", "expected", "verdict", "prediction"}``
+    (``prediction`` is ``held``, ``failed`` or ``not checkable``).
+    """
+
+    primary_metric: str | None
+    goal: str
+    baseline: RoundSummary | None
+    best: RoundSummary | None
+    rounds: list[RoundSummary]
+    tried: list[dict[str, Any]]
+    rejected: list[dict[str, Any]]
+    hypotheses: list[dict[str, Any]]
+
+
+def new_state(primary_metric: str | None, goal: str) -> ResearchState:
+    """An empty state; ``goal`` is ``min`` or ``max`` (ValueError otherwise)."""
+    goal = str(goal)
+    if goal not in GOALS:
+        raise ValueError(f"goal must be 'min' or 'max', got {goal!r}")
+    return ResearchState(
+        primary_metric=primary_metric,
+        goal=goal,
+        baseline=None,
+        best=None,
+        rounds=[],
+        tried=[],
+        rejected=[],
+        hypotheses=[],
+    )
+
+
+# -- the transition ------------------------------------------------------------------------
+
+
+def record_round(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState, RoundSummary]:
+    """The state after ``summary``, and the summary with its verdict. Pure.
+
+    A round whose index was already recorded (or is older than the last one)
+    replaces/slots in and the state is rebuilt from all rounds in index order.
+    """
+    if any(r.index >= summary.index for r in state.rounds):
+        rounds = sorted(
+            [r for r in state.rounds if r.index != summary.index] + [summary],
+            key=lambda r: r.index,
+        )
+        rebuilt = new_state(state.primary_metric, state.goal)
+        judged = summary
+        for r in rounds:
+            rebuilt, out = _record(rebuilt, r)
+            if r is summary:
+                judged = out
+        return rebuilt, judged
+    return _record(state, summary)
+
+
+def _record(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState, RoundSummary]:
+    primary, metric = _resolve_metric(state.primary_metric, summary)
+    goal = state.goal
+    baseline, best = state.baseline, state.best
+    rejected = list(state.rejected)
+    tried = list(state.tried)
+    name = primary or "metric"
+    status = summary.status
+    prediction, detail = NOT_CHECKABLE, ""
+
+    verdict: str | None
+    if status == "stopped":
+        verdict, reason = None, "stopped before it finished; not judged"
+    elif status == "completed" and metric is not None and math.isfinite(metric):
+        prediction, detail = judge_expected(
+            summary.expected,
+            primary=primary,
+            goal=goal,
+            metric=metric,
+            baseline=baseline.metric if baseline else None,
+            best=best.metric if best else None,
+            other_metrics=[k for k in summary.metrics if k != primary],
+        )
+        if baseline is None or best is None or best.metric is None:
+            verdict = BASELINE
+            reason = f"baseline: first completed round, {name} {format_metric(metric)}"
+        elif better(metric, best.metric, goal):
+            verdict = KEPT
+            reason = (
+                f"new best: {name} {format_metric(metric)} better than best "
+                f"{format_metric(best.metric)} (round {best.index})"
+            )
+        elif baseline.metric is not None and not better(baseline.metric, metric, goal):
+            verdict = NEUTRAL
+            reason = (
+                f"{name} {format_metric(metric)} not better than best "
+                f"{format_metric(best.metric)} (round {best.index}), not worse than baseline "
+                f"{format_metric(baseline.metric)} (round {baseline.index})"
+            )
+        else:
+            verdict = REJECTED
+            base = baseline.metric if baseline.metric is not None else best.metric
+            reason = (
+                f"{name} {format_metric(metric)} worse than best {format_metric(best.metric)} "
+                f"(round {best.index}) and baseline {format_metric(base)} "
+                f"(round {baseline.index})"
+            )
+    else:
+        verdict = REJECTED
+        reason = _failure_reason(summary, primary, metric)
+        prediction, detail = judge_expected(
+            summary.expected,
+            primary=primary,
+            goal=goal,
+            metric=None,
+            baseline=baseline.metric if baseline else None,
+            best=best.metric if best else None,
+            other_metrics=[k for k in summary.metrics if k != primary],
+        )
+
+    outcome = reason
+    reason += f"; prediction {prediction}" + (f" ({detail})" if detail else "")
+    judged = msgspec.structs.replace(
+        summary,
+        metric=metric if metric is None or math.isfinite(metric) else None,
+        verdict=verdict,
+        verdict_reason=reason,
+        diff=dict(summary.diff),
+        params=dict(summary.params),
+        metrics=dict(summary.metrics),
+        failure_tail=list(summary.failure_tail),
+    )
+    if verdict == BASELINE:
+        baseline = best = judged
+    elif verdict == KEPT:
+        best = judged
+    if status != "stopped":
+        tried.append(
+            {
+                "round": summary.index,
+                "params": dict(summary.params),
+                "diff": dict(summary.diff),
+                "status": status,
+                "verdict": verdict,
+            }
+        )
+    if verdict == REJECTED:
+        rejected.append(
+            {
+                "round": summary.index,
+                "params": dict(summary.params),
+                "diff": dict(summary.diff),
+                "reason": outcome,
+            }
+        )
+    hypotheses = [
+        *state.hypotheses,
+        {
+            "round": summary.index,
+            "hypothesis": summary.hypothesis,
+            "expected": summary.expected,
+            "verdict": verdict,
+            "prediction": prediction,
+        },
+    ]
+    new = ResearchState(
+        primary_metric=primary,
+        goal=goal,
+        baseline=baseline,
+        best=best,
+        rounds=[*state.rounds, judged],
+        tried=tried,
+        rejected=rejected,
+        hypotheses=hypotheses,
+    )
+    return new, judged
+
+
+def _resolve_metric(primary: str | None, summary: RoundSummary) -> tuple[str | None, float | None]:
+    """The primary metric's name and this round's value (the loss when none is configured)."""
+    metric = summary.metric
+    if metric is None and primary is not None:
+        metric = summary.metrics.get(primary)
+    if primary is None:
+        for name in FALLBACK_METRICS:
+            if name in summary.metrics:
+                return name, summary.metrics[name] if metric is None else metric
+    return primary, metric
+
+
+def _failure_reason(summary: RoundSummary, primary: str | None, metric: float | None) -> str:
+    status = summary.status
+    kind = failure_kind(summary.failure_tail)
+    if status == "completed":
+        if metric is not None and not math.isfinite(metric):
+            return f"completed: {primary or 'metric'} is {metric} (nan/divergence)"
+        status = "completed_without_metrics"
+        kind = kind or (f"no value for {primary}" if primary else "no metric")
+    return f"{status}: {kind}" if kind else status
+
+
+_NAN = re.compile(r"(?<![a-z])nan(?![a-z])|diverg", re.I)
+_OOM = re.compile(r"out of memory|outofmemory|\boom\b|memoryerror", re.I)
+
+
+def failure_kind(tail: list[str]) -> str | None:
+    """``out of memory`` or ``nan/divergence`` when the log tail shows it, else None."""
+    text = "\n".join(tail)
+    if _OOM.search(text):
+        return "out of memory"
+    if _NAN.search(text):
+        return "nan/divergence"
+    return None
+
+
+def better(a: float, b: float, goal: str) -> bool:
+    """``a`` beats ``b`` under ``goal`` by more than the relative tolerance."""
+    if math.isclose(a, b, rel_tol=REL_TOL, abs_tol=0.0):
+        return False
+    return a < b if goal == "min" else a > b
+
+
+def format_metric(value: float | None) -> str:
+    """A metric value, short: ``0.3142``, ``1.2e-05``, ``n/a``."""
+    if value is None:
+        return "n/a"
+    return f"{value:.6g}"
+
+
+# -- judging the prediction -----------------------------------------------------------------
+
+_NUM = r"(?>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
+_OPS = {"<": "<", "<=": "<=", "=<": "<=", "≤": "<=", ">": ">", ">=": ">=", "=>": ">=", "≥": ">="}
+_UNIT = (
+    r"(?!\s*(?:epoch|step|iter|minute|min\b|second|sec\b|hour|round|batch|sample|layer|"
+    r"x\b|times|gb|mb|k\b))"
+)
+_SYMBOL_CMP = re.compile(rf"(<=|>=|=<|=>|≤|≥|<|>)\s*({_NUM})\s*(%?){_UNIT}", re.I)
+_WORD_OPS = {
+    "below": "<",
+    "under": "<",
+    "less than": "<",
+    "lower than": "<",
+    "smaller than": "<",
+    "at most": "<=",
+    "no more than": "<=",
+    "above": ">",
+    "over": ">",
+    "greater than": ">",
+    "higher than": ">",
+    "more than": ">",
+    "larger than": ">",
+    "exceeds": ">",
+    "exceed": ">",
+    "at least": ">=",
+    "no less than": ">=",
+}
+_WORD_CMP = re.compile(
+    r"\b(" + "|".join(sorted(map(re.escape, _WORD_OPS), key=len, reverse=True)) + rf")\s+({_NUM})"
+    rf"\s*(%?){_UNIT}",
+    re.I,
+)
+_DOWN = (
+    r"decreas\w*|drop\w*|fall\w*|fell|reduc\w*|lower\w*|declin\w*|smaller|go(?:es)? down|shrink\w*"
+)
+_UP = r"increas\w*|ris(?:e|es|ing)|rose|rais\w*|grow\w*|higher|larger|go(?:es)? up"
+_GOOD = r"improv\w*|better|beat\w*|new best|outperform\w*"
+_DIRECTION = re.compile(rf"\b(?:(?P<down>{_DOWN})|(?P<up>{_UP})|(?P<good>{_GOOD}))\b", re.I)
+_BY = re.compile(
+    r"\bby\s+(?:about\s+|around\s+|roughly\s+|approximately\s+|at least\s+|~\s*)?"
+    rf"({_NUM})\s*(%|percent)?",
+    re.I,
+)
+_TO = re.compile(
+    rf"\bto\s+(?:about\s+|around\s+|roughly\s+|approximately\s+|~\s*)?({_NUM})\s*(%?)", re.I
+)
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|without|neither|nor|unchanged|same|similar|comparable|stable|"
+    r"flat|worse|between)\b|n't",
+    re.I,
+)
+_CLAUSES = re.compile(r"[;\n]|,\s|\.\s|\b(?:and|but|while|whereas|although)\b", re.I)
+
+
+def _mentions(text: str, name: str) -> bool:
+    forms = {name, name.replace("_", " "), name.replace("_", "-")}
+    return any(
+        re.search(rf"(?<![A-Za-z0-9_]){re.escape(f)}(?![A-Za-z0-9_])", text, re.I) for f in forms
+    )
+
+
+def judge_expected(
+    expected: str,
+    *,
+    primary: str | None,
+    goal: str,
+    metric: float | None,
+    baseline: float | None,
+    best: float | None,
+    other_metrics: list[str] | tuple[str, ...] = (),
+) -> tuple[str, str]:
+    """Did the round's prediction hold? ``(held|failed|not checkable, detail)``.
+
+    Understands a threshold (``val_loss < 0.25``, ``below 0.25``), a change
+    (``decreases by 5%``, ``drops to 0.2``) or a direction (``lower val_loss``,
+    ``improves``) for the primary metric, measured against the best before this
+    round (the baseline when the text says so). Negated, vague or other-metric
+    predictions are not checkable; a checkable prediction fails if the round
+    produced no metric.
+    """
+    text = (expected or "").strip()
+    if not text or primary is None:
+        return NOT_CHECKABLE, ""
+    clauses = [c.strip() for c in _CLAUSES.split(text) if c and c.strip()]
+    mentioning = [c for c in clauses if _mentions(c, primary)]
+    others = [m for m in other_metrics if m and m != primary]
+    if not mentioning:
+        mentioning = [c for c in clauses if not any(_mentions(c, m) for m in others)]
+    use_baseline = bool(re.search(r"\bbaseline\b", text, re.I))
+    reference = baseline if use_baseline and baseline is not None else best
+    ref_name = "baseline" if use_baseline and baseline is not None else "best"
+    for clause in mentioning:
+        criterion = _criterion(clause, primary, goal, reference, ref_name)
+        if criterion is None:
+            continue
+        op, target, shown = criterion
+        if metric is None:
+            return FAILED, f"expected {primary} {shown}, got no value"
+        held = _compare(metric, op, target)
+        return (
+            HELD if held else FAILED
+        ), f"expected {primary} {shown}, got {format_metric(metric)}"
+    return NOT_CHECKABLE, ""
+
+
+def _mention_span(text: str, name: str) -> tuple[int, int] | None:
+    """Where the first mention of metric ``name`` in ``text`` is, or None."""
+    spans = []
+    for form in (name, name.replace("_", " "), name.replace("_", "-")):
+        m = re.search(rf"(?<![A-Za-z0-9_]){re.escape(form)}(?![A-Za-z0-9_])", text, re.I)
+        if m:
+            spans.append(m.span())
+    return min(spans) if spans else None
+
+
+def _criterion(
+    clause: str, primary: str, goal: str, reference: float | None, ref_name: str
+) -> tuple[str, float, str] | None:
+    """``(op, target, description)`` of one clause, or None if it is not checkable.
+
+    A comparison must follow the metric's name when the clause names it, and be
+    the only one when it does not; directions that disagree are not checkable.
+    """
+    if _NEGATION.search(clause):
+        return None
+    span = _mention_span(clause, primary)
+    end = span[1] if span is not None else None
+    after = clause[end:] if end is not None else clause
+    # directions: the two words before the name ("lower val_loss") and all after it
+    window = clause
+    if span is not None:
+        before = clause[: span[0]].split()[-2:]
+        window = " ".join(before) + " " + after
+    comparisons = [(m, _OPS[m.group(1)]) for m in _SYMBOL_CMP.finditer(after)] + [
+        (m, _WORD_OPS[m.group(1).lower()]) for m in _WORD_CMP.finditer(after)
+    ]
+    comparisons.sort(key=lambda c: c[0].start())
+    if comparisons:
+        if end is None and len(comparisons) > 1:
+            return None
+        m, op = comparisons[0]
+        if m.group(3):
+            return None  # a percentage threshold: the metric's scale is unknown
+        value = float(m.group(2))
+        return (op, value, f"{op} {format_metric(value)}") if math.isfinite(value) else None
+    directions = {
+        "down"
+        if d.group("down")
+        else "up"
+        if d.group("up")
+        else ("down" if goal == "min" else "up")
+        for d in _DIRECTION.finditer(window)
+    }
+    if len(directions) != 1:
+        return None
+    direction = directions.pop()
+    d = _DIRECTION.search(window)
+    assert d is not None
+    op = "<" if direction == "down" else ">"
+    rest = window[d.end() :]
+    to = _TO.search(rest)
+    if to is not None and not _BY.search(rest[: to.start()]):
+        if to.group(2):
+            return None
+        value = float(to.group(1))
+        return (op + "=", value, f"{op}= {format_metric(value)}") if math.isfinite(value) else None
+    if reference is None:
+        return None
+    by = _BY.search(rest)
+    if by is not None:
+        amount = float(by.group(1))
+        if not math.isfinite(amount):
+            return None
+        if by.group(2):
+            delta = abs(reference) * amount / 100.0
+            what = f"{format_metric(amount)}%"
+        else:
+            delta = abs(amount)
+            what = format_metric(abs(amount))
+        target = reference - delta if direction == "down" else reference + delta
+        word = "down" if direction == "down" else "up"
+        return (
+            op + "=",
+            target,
+            f"{op}= {format_metric(target)} ({word} {what} from {ref_name} "
+            f"{format_metric(reference)})",
+        )
+    return op, reference, f"{op} {ref_name} {format_metric(reference)}"
+
+
+def _compare(value: float, op: str, target: float) -> bool:
+    close = math.isclose(value, target, rel_tol=REL_TOL, abs_tol=0.0)
+    if op == "<":
+        return value < target and not close
+    if op == ">":
+        return value > target and not close
+    if op == "<=":
+        return value <= target or close
+    return value >= target or close
+
+
+# -- JSON ----------------------------------------------------------------------------------
+
+_DECODER = msgspec.json.Decoder(ResearchState)
+
+
+def state_to_json(state: ResearchState) -> bytes:
+    """``research_state.json`` bytes (compact; the store indents it)."""
+    return msgspec.json.encode(state)
+
+
+def state_from_json(data: bytes) -> ResearchState:
+    """Read ``research_state.json`` bytes; ValueError naming the field if they do not fit."""
+    try:
+        state = _DECODER.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"research state: {exc}") from None
+    if state.goal not in GOALS:
+        raise ValueError(f"research state: goal must be 'min' or 'max', got {state.goal!r}")
+    return state

@@ -1,0 +1,302 @@
+"""The session manager: one task per running session, under the daemon's task group.
+
+A crash in one session never takes down the daemon or another session. The
+projects the daemon has run sessions in are remembered, so a restarted daemon
+finds the sessions that were running and resumes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from trainee import paths
+from trainee.errors import InvalidParams, InvalidState, NotFound
+from trainee.launch.layout import ProjectLayout, parse_session_id
+from trainee.llm.settings import LlmSettings, load_settings
+from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts
+from trainee.session.bus import EventBus
+from trainee.session.llm_policy import LlmPolicy
+from trainee.session.policy import POLICIES, Policy, RandomPolicy
+from trainee.session.runner import SessionControl, SessionRunner
+from trainee.spec import ProjectSpec
+from trainee.store.db import Store
+from trainee.store.records import SessionRecord
+
+log = logging.getLogger("trainee.session.manager")
+
+CONTEXT_LIMIT = 64 * 1024
+
+
+@dataclass
+class Running:
+    control: SessionControl
+    runner: SessionRunner
+    done: anyio.Event
+
+
+def read_optional(path: Path, limit: int = CONTEXT_LIMIT) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(limit)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        return ""
+
+
+def prompt_parts(spec: ProjectSpec, settings: LlmSettings, journal: str = "") -> PromptParts:
+    root = spec.root_path
+    return PromptParts(
+        system_prompt=settings.system_prompt or DEFAULT_SYSTEM_PROMPT,
+        trainee_context=read_optional(spec.trainee_path / "context.md"),
+        project_context=read_optional(root / "context.md"),
+        constraints=read_optional(root / "constraints.md"),
+        metrics_prompt=spec.metrics.prompt,
+        tuning_prompt=spec.advanced.tuning_prompt,
+        journal=journal,
+    )
+
+
+class SessionManager:
+    def __init__(self, bus: EventBus, *, state_dir: Path | None = None) -> None:
+        self.bus = bus
+        self.state_dir = state_dir or paths.service_data_dir()
+        self._stores: dict[str, Store] = {}
+        self._store_lock = anyio.Lock()
+        self._running: dict[tuple[str, int], Running] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.default_env: dict[str, str] = dict(os.environ)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Host session tasks until cancelled; resume what was running first."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            await self.resume_all()
+            task_status.started()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for store in self._stores.values():
+                        with contextlib.suppress(Exception):
+                            await store.close()
+
+    @property
+    def projects_file(self) -> Path:
+        return self.state_dir / "projects.json"
+
+    def known_projects(self) -> list[str]:
+        try:
+            data = json.loads(self.projects_file.read_text())
+        except (OSError, ValueError):
+            return []
+        return [p for p in data.get("projects", []) if isinstance(p, str)]
+
+    def _remember(self, root: str) -> None:
+        projects = self.known_projects()
+        if root in projects:
+            return
+        projects.append(root)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.projects_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"projects": projects}, indent=2))
+        os.replace(tmp, self.projects_file)
+
+    async def store_for(self, root: str) -> Store:
+        async with self._store_lock:
+            store = self._stores.get(root)
+            if store is None:
+                layout = ProjectLayout.for_root(root)
+                store = await Store.open(layout.database)
+                self._stores[root] = store
+            return store
+
+    async def resume_all(self) -> None:
+        for root in self.known_projects():
+            layout = ProjectLayout.for_root(root)
+            if not layout.database.exists():
+                continue
+            try:
+                store = await self.store_for(root)
+                records = await store.list_sessions(status="running")
+            except Exception:
+                log.exception("cannot read sessions of %s", root)
+                continue
+            for rec in records:
+                log.info("resuming %s of %s", rec.id, root)
+                self._spawn(store, rec)
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def _policy_factory(self, spec: ProjectSpec, record: SessionRecord, history: int) -> Policy:
+        if record.policy == "random":
+            return RandomPolicy(seed=_seed(record), history=history)
+        if record.policy == "llm":
+            settings = load_settings(record.env)
+            return LlmPolicy(settings, prompt_parts(spec, settings))
+        raise InvalidParams(
+            f"decision policy {record.policy!r} is not available in this version",
+            {"field": "policy", "reason": "not available"},
+        )
+
+    def _spawn(self, store: Store, record: SessionRecord) -> Running:
+        assert self._tg is not None, "the manager is not running"
+        control = SessionControl()
+        runner = SessionRunner(
+            store=store,
+            layout=ProjectLayout.for_root(record.project_root, record.env),
+            record=record,
+            bus=self.bus,
+            policy_factory=self._policy_factory,
+            control=control,
+        )
+        running = Running(control=control, runner=runner, done=anyio.Event())
+        key = (record.project_root, record.index)
+        self._running[key] = running
+
+        async def task() -> None:
+            try:
+                await runner.run()
+            except Exception:
+                log.exception("%s crashed", record.id)
+            finally:
+                self._running.pop(key, None)
+                running.done.set()
+
+        self._tg.start_soon(task, name=f"{record.project_root}:{record.id}")
+        return running
+
+    async def start(
+        self,
+        spec: ProjectSpec,
+        *,
+        policy: str,
+        security_mode: str,
+        max_rounds: int | None,
+        env: dict[str, str],
+        cwd: str,
+    ) -> SessionRecord:
+        if policy not in POLICIES:
+            raise InvalidParams(
+                f"unknown decision policy {policy!r}; choose one of {', '.join(POLICIES)}",
+                {"field": "policy", "reason": "unknown"},
+            )
+        root = spec.project_root
+        for (r, _), running in self._running.items():
+            if r == root:
+                raise InvalidState(
+                    f"{running.runner.record.id} is already running on {root}; stop it first",
+                    {
+                        "session": running.runner.record.id,
+                        "hint": f"trainee stop {running.runner.record.id}",
+                    },
+                )
+        store = await self.store_for(root)
+        self._remember(root)
+        index = await store.next_session_index()
+        now = time.time()
+        record = SessionRecord(
+            index=index,
+            id=f"session-{index:04d}",
+            project_root=root,
+            status="running",
+            stop_reason=None,
+            policy=policy,
+            security_mode=security_mode,
+            max_rounds=max_rounds or spec.run.max_rounds,
+            created_at=now,
+            updated_at=now,
+            finished_at=None,
+            spec={},
+            env=env,
+            cwd=cwd,
+            best_round=None,
+            baseline_round=None,
+            tokens=0,
+            cost_usd=0.0,
+            error=None,
+        )
+        record = await store.create_session(record)
+        self._spawn(store, record)
+        return record
+
+    async def resume(
+        self, root: str, session: str, env: dict[str, str] | None = None
+    ) -> SessionRecord:
+        """Continue a stopped or failed session from where it ended."""
+        store = await self.store_for(root)
+        index = _index(session)
+        record = await store.get_session(index)
+        if (root, index) in self._running:
+            raise InvalidState(f"{session} is already running", {"session": session})
+        fields: dict[str, Any] = {
+            "status": "running",
+            "stop_reason": None,
+            "error": None,
+            "finished_at": None,
+        }
+        if env is not None:
+            fields["env"] = env
+        record = await store.update_session(index, **fields)
+        self._remember(root)
+        self._spawn(store, record)
+        return record
+
+    def find_running(self, root: str | None, session: str | None) -> Running:
+        matches = [
+            running
+            for (r, idx), running in self._running.items()
+            if (root is None or r == root) and (session is None or idx == _index(session))
+        ]
+        if not matches:
+            raise NotFound(
+                "no running session"
+                + (f" {session}" if session else "")
+                + (f" in {root}" if root else ""),
+                {"session": session, "project_root": root},
+            )
+        if len(matches) > 1:
+            raise InvalidParams(
+                "several sessions are running: name one (and its project_root)",
+                {"running": [m.runner.record.id for m in matches]},
+            )
+        return matches[0]
+
+    async def stop(
+        self, root: str | None, session: str | None, *, wait: bool = True
+    ) -> SessionRecord:
+        running = self.find_running(root, session)
+        running.control.request_stop("user_stop")
+        if wait:
+            await running.done.wait()
+        return running.runner.record
+
+    def running_sessions(self) -> list[SessionRecord]:
+        return [r.runner.record for r in self._running.values()]
+
+    def control_of(self, root: str, index: int) -> SessionControl | None:
+        running = self._running.get((root, index))
+        return running.control if running else None
+
+
+def _index(session: str) -> int:
+    try:
+        return parse_session_id(session)
+    except ValueError as exc:
+        raise InvalidParams(str(exc), {"field": "session", "reason": "bad session id"}) from None
+
+
+def _seed(record: SessionRecord) -> int:
+    return record.index

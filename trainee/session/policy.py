@@ -1,0 +1,120 @@
+"""Decision policies: who proposes the next parameter set.
+
+Every policy returns the same structured plan (hypothesis, params, expected),
+and every plan goes through the same validation before anything runs. A
+policy never changes silently: a provider failure stops the session, it does
+not fall back to another policy.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from trainee.research.decision import DecisionPlan, effective_params, validate_plan
+from trainee.research.state import ResearchState
+from trainee.spec import ParamType, TunableSpec
+
+POLICIES = ("llm", "random", "tpe", "hybrid", "external")
+
+
+@dataclass
+class Proposal:
+    """A checked plan plus what it cost to get."""
+
+    plan: DecisionPlan
+    policy: str
+    provider: str = ""
+    model: str = ""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    raw_response: str | None = None
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    repaired: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    latency_sec: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+class Policy(Protocol):
+    name: str
+
+    async def propose(
+        self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
+    ) -> Proposal: ...
+
+    def observe(self, params: Mapping[str, Any], metric: float | None, status: str) -> None: ...
+
+
+def sample_point(tunables: Sequence[TunableSpec], rng: random.Random) -> dict[str, Any]:
+    """One point drawn from the search space (log-uniform where ``log: true``)."""
+    out: dict[str, Any] = {}
+    for t in tunables:
+        if t.choices:
+            out[t.name] = rng.choice(list(t.choices))
+        elif t.type == ParamType.BOOL:
+            out[t.name] = rng.random() < 0.5
+        elif t.min_value is not None and t.max_value is not None:
+            lo, hi = float(t.min_value), float(t.max_value)
+            if t.log and lo > 0:
+                value = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+            else:
+                value = rng.uniform(lo, hi)
+            if t.type == ParamType.INT:
+                out[t.name] = min(int(hi), max(math.ceil(lo), round(value)))
+            else:
+                out[t.name] = float(value)
+        elif t.baseline is not None:
+            out[t.name] = t.baseline
+    return out
+
+
+class RandomPolicy:
+    """Seeded random search over the whitelist: the classical baseline to compare against."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0, *, history: int = 0) -> None:
+        self._rng = random.Random(seed)
+        # A resumed session replays the draws it already made, so it continues the
+        # same sequence instead of restarting it.
+        for _ in range(history):
+            self._rng.random()
+
+    async def propose(
+        self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
+    ) -> Proposal:
+        tried = [r.params for r in state.rounds]
+        rejected = [r["params"] for r in state.rejected]
+        for _ in range(200):
+            params = sample_point(tunables, self._rng)
+            plan = DecisionPlan(
+                hypothesis="random search suggestion",
+                change_summary="a point drawn uniformly (log-uniform for log-scale params)",
+                params=params,
+                expected="unknown: random search explores the space",
+            )
+            if not validate_plan(
+                plan, tunables, baseline=dict(baseline), tried=tried, rejected=rejected
+            ):
+                return Proposal(plan=plan, policy=self.name)
+        plan = DecisionPlan(
+            hypothesis="",
+            change_summary="",
+            params={},
+            expected="",
+            stop=True,
+            stop_reason="random search found no untried point in 200 draws",
+        )
+        return Proposal(plan=plan, policy=self.name)
+
+    def observe(self, params: Mapping[str, Any], metric: float | None, status: str) -> None:
+        return None
+
+
+def full_params(baseline: Mapping[str, Any], plan: DecisionPlan) -> dict[str, Any]:
+    return effective_params(dict(baseline), plan.params)

@@ -1,0 +1,677 @@
+"""One session: rounds chained until a stop condition, nothing lost, nothing unchecked applied.
+
+round: decide (baseline first) -> render -> launch under the monitor -> tail
+output and metrics -> exit -> status -> research state -> ledgers -> stop check.
+Every state change is written to the store before the next step, so a daemon
+killed at any point resumes the session: a round whose monitor survived is
+re-adopted, one whose monitor died is re-run with its recorded decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+
+from trainee.errors import InvalidDecision, ProviderError, SandboxError, TraineeError
+from trainee.launch.layout import ProjectLayout, RoundLayout, SessionLayout
+from trainee.launch.render import render_round
+from trainee.launch.sandbox import check_bwrap, wrap
+from trainee.metrics.extract import Extractor
+from trainee.monitor.process import (
+    ExitInfo,
+    RoundHandle,
+    is_alive,
+    read_exit,
+    request_stop,
+    spawn_round,
+    wait_exit,
+)
+from trainee.monitor.tail import Line, tail_files
+from trainee.research.decision import params_diff
+from trainee.research.state import (
+    ResearchState,
+    RoundSummary,
+    new_state,
+    record_round,
+    state_to_json,
+)
+from trainee.session.bus import EventBus
+from trainee.session.policy import Policy, Proposal, full_params
+from trainee.spec import ProjectSpec, SecurityMode, load_project
+from trainee.store.db import Store
+from trainee.store.export import write_ledgers, write_report, write_research_state
+from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord
+
+log = logging.getLogger("trainee.session")
+
+FINISHED = {"completed", "completed_without_metrics", "failed", "timed_out", "stopped"}
+OUTPUT_LINES_PER_EVENT = 200
+FAILURE_TAIL_LINES = 50
+OFFSET_SAVE_INTERVAL = 1.0
+
+
+@dataclass
+class SessionControl:
+    """What the outside can do to a running session."""
+
+    stop_requested: anyio.Event = field(default_factory=anyio.Event)
+    stop_reason: str = "user_stop"
+    current: RoundHandle | None = None
+    decision_scope: anyio.CancelScope | None = None
+
+    def request_stop(self, reason: str = "user_stop") -> None:
+        """Stop after cleaning up: the running round gets SIGTERM, a pending decision is dropped."""
+        if not self.stop_requested.is_set():
+            self.stop_reason = reason
+            self.stop_requested.set()
+        if self.decision_scope is not None:
+            self.decision_scope.cancel()
+
+
+@dataclass
+class Budgets:
+    max_rounds: int
+    max_session_minutes: float | None = None
+    max_tokens: int | None = None
+    max_usd: float | None = None
+
+
+class SessionRunner:
+    """Drives one session to its end; safe to construct again after a daemon restart."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        layout: ProjectLayout,
+        record: SessionRecord,
+        bus: EventBus,
+        policy_factory: Callable[[ProjectSpec, SessionRecord, int], Policy],
+        control: SessionControl,
+    ) -> None:
+        self.store = store
+        self.layout = layout
+        self.record = record
+        self.bus = bus
+        self.policy_factory = policy_factory
+        self.control = control
+        self.session_layout: SessionLayout = layout.session(record.index)
+        self.spec: ProjectSpec | None = None
+        self.state: ResearchState | None = None
+
+    # -- events ----------------------------------------------------------------
+
+    def emit(self, kind: str, data: dict[str, Any] | None = None) -> None:
+        payload = {"project": str(self.layout.project_root), **(data or {})}
+        self.bus.publish(kind, payload, session=self.record.id)
+
+    # -- main ------------------------------------------------------------------
+
+    async def run(self) -> SessionRecord:
+        try:
+            stop_reason, error = await self._run()
+        except InvalidDecision as exc:
+            stop_reason, error = "invalid_decision", exc.message
+        except ProviderError as exc:
+            stop_reason, error = "provider_failed", exc.message
+        except SandboxError as exc:
+            stop_reason, error = "error", exc.message
+        except TraineeError as exc:
+            stop_reason, error = "error", exc.message
+        except anyio.get_cancelled_exc_class():
+            # Daemon shutdown: the session stays "running" in the store and resumes later.
+            log.info(
+                "%s: daemon stopping; the session resumes with the next daemon", self.record.id
+            )
+            raise
+        except Exception as exc:
+            log.exception("%s failed", self.record.id)
+            stop_reason, error = "error", f"{type(exc).__name__}: {exc}"
+        return await self._finish(stop_reason, error)
+
+    async def _run(self) -> tuple[str, str | None]:
+        self.spec = await anyio.to_thread.run_sync(load_project, self.record.project_root)
+        spec = self.spec
+        if self._security_mode() == SecurityMode.GUARDED:
+            await anyio.to_thread.run_sync(check_bwrap)
+        rounds = await self.store.list_rounds(self.record.index)
+        self.state = self._rebuild_state(spec, rounds)
+        policy = self.policy_factory(spec, self.record, len([r for r in rounds if r.index > 1]))
+        for r in rounds:
+            if r.status in FINISHED and r.index > 1:
+                policy.observe(r.params, r.primary_metric, r.status)
+        baseline_params = {t.name: t.baseline for t in spec.tunables}
+        if not self.record.baseline_round:
+            self.emit(
+                "session.started",
+                {"max_rounds": self.record.max_rounds, "policy": self.record.policy},
+            )
+
+        # A round left unfinished by a previous daemon: re-adopt or re-run it.
+        unfinished = [r for r in rounds if r.status not in FINISHED]
+        for r in unfinished:
+            summary = await self._resume_round(spec, r)
+            self._observe(policy, summary)
+            if self.control.stop_requested.is_set():
+                return self.control.stop_reason, None
+
+        while True:
+            done = await self.store.list_rounds(self.record.index)
+            index = (max((r.index for r in done), default=0)) + 1
+            reason = self._stop_check(spec, done, index)
+            if reason:
+                return reason, None
+            if self.control.stop_requested.is_set():
+                return self.control.stop_reason, None
+            if index == 1:
+                proposal = None
+                params = dict(baseline_params)
+            else:
+                assert self.state is not None
+                proposal = None
+                with anyio.CancelScope() as scope:
+                    self.control.decision_scope = scope
+                    proposal = await policy.propose(self.state, spec.tunables, baseline_params)
+                self.control.decision_scope = None
+                if proposal is None or self.control.stop_requested.is_set():
+                    return self.control.stop_reason, None
+                await self._record_decision(index, proposal)
+                if proposal.plan.stop:
+                    self.emit("decision", self._decision_event(index, proposal, {}))
+                    return "policy_stop", proposal.plan.stop_reason
+                params = full_params(baseline_params, proposal.plan)
+                self.emit(
+                    "decision",
+                    self._decision_event(index, proposal, params_diff(baseline_params, params)),
+                )
+            rec = await self._create_round(index, params, baseline_params, proposal)
+            summary = await self._run_round(spec, rec)
+            self._observe(policy, summary)
+            if summary.status == "completed_without_metrics":
+                return "required_metric_missing", None
+
+    # -- stop conditions ----------------------------------------------------------
+
+    def _security_mode(self) -> str:
+        return self.record.security_mode
+
+    def _stop_check(self, spec: ProjectSpec, done: list[RoundRecord], index: int) -> str | None:
+        finished = [r for r in done if r.status in FINISHED]
+        if len(finished) >= self.record.max_rounds:
+            return "max_rounds"
+        if index > 1 and not spec.tunables:
+            return "no_tunable_params"
+        budgets = self._budgets(spec)
+        if (
+            budgets.max_session_minutes is not None
+            and time.time() - self.record.created_at >= budgets.max_session_minutes * 60
+        ):
+            return "budget_time"
+        if budgets.max_tokens is not None and self.record.tokens >= budgets.max_tokens:
+            return "budget_tokens"
+        if budgets.max_usd is not None and self.record.cost_usd >= budgets.max_usd:
+            return "budget_usd"
+        return None
+
+    def _budgets(self, spec: ProjectSpec) -> Budgets:
+        run = spec.run
+        llm = getattr(spec, "llm", None)
+        return Budgets(
+            max_rounds=self.record.max_rounds,
+            max_session_minutes=getattr(run, "max_session_minutes", None),
+            max_tokens=getattr(llm, "max_tokens", None) if llm is not None else None,
+            max_usd=getattr(llm, "max_usd", None) if llm is not None else None,
+        )
+
+    # -- state -------------------------------------------------------------------
+
+    def _rebuild_state(self, spec: ProjectSpec, rounds: list[RoundRecord]) -> ResearchState:
+        primary = spec.metrics.specs[0].name if spec.metrics.specs else None
+        goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
+        state = new_state(primary, goal)
+        for r in rounds:
+            if r.status in FINISHED:
+                state, _ = record_round(state, self._summary_of(r))
+        return state
+
+    def _summary_of(self, r: RoundRecord) -> RoundSummary:
+        return RoundSummary(
+            index=r.index,
+            status=r.status,
+            params=r.params,
+            diff=r.diff,
+            metric=r.primary_metric,
+            metrics=r.finals,
+            hypothesis=r.hypothesis,
+            expected=r.expected,
+            verdict=None,
+            verdict_reason="",
+            duration_sec=(r.ended_at - r.started_at) if r.ended_at and r.started_at else None,
+            failure_tail=r.failure_tail,
+        )
+
+    def _observe(self, policy: Policy, summary: RoundSummary) -> None:
+        if summary.index > 1:
+            policy.observe(summary.params, summary.metric, summary.status)
+
+    # -- decisions ------------------------------------------------------------------
+
+    async def _record_decision(self, index: int, p: Proposal) -> None:
+        await self.store.add_decision(
+            DecisionRecord(
+                id=0,
+                session=self.record.index,
+                round=index,
+                provider=p.provider,
+                model=p.model,
+                policy=p.policy,
+                prompt=p.messages,
+                raw_response=p.raw_response,
+                plan=msgspec.to_builtins(p.plan),
+                problems=p.problems,
+                repaired=p.repaired,
+                accepted=True,
+                prompt_tokens=p.prompt_tokens,
+                completion_tokens=p.completion_tokens,
+                cost_usd=p.cost_usd,
+                latency_sec=p.latency_sec,
+                created_at=time.time(),
+            )
+        )
+        tokens = self.record.tokens + p.prompt_tokens + p.completion_tokens
+        cost = self.record.cost_usd + (p.cost_usd or 0.0)
+        self.record = await self.store.update_session(
+            self.record.index, tokens=tokens, cost_usd=cost
+        )
+
+    def _decision_event(self, index: int, p: Proposal, diff: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "round": index,
+            "policy": p.policy,
+            "provider": p.provider,
+            "model": p.model,
+            "hypothesis": p.plan.hypothesis,
+            "change_summary": p.plan.change_summary,
+            "params": p.plan.params,
+            "diff": diff,
+            "expected": p.plan.expected,
+            "stop": p.plan.stop,
+            "stop_reason": p.plan.stop_reason,
+            "repaired": p.repaired,
+        }
+
+    # -- rounds ------------------------------------------------------------------------
+
+    async def _create_round(
+        self, index: int, params: dict[str, Any], baseline: Mapping[str, Any], p: Proposal | None
+    ) -> RoundRecord:
+        rec = RoundRecord(
+            session=self.record.index,
+            index=index,
+            status="pending",
+            params=params,
+            diff=params_diff(dict(baseline), params),
+            decision_id=None,
+            hypothesis=p.plan.hypothesis if p else "baseline",
+            expected=p.plan.expected if p else "",
+            verdict=None,
+            verdict_reason="",
+            command="",
+            config_path=None,
+            monitor_pid=None,
+            monitor_start_time=None,
+            log_offset=0,
+            tail_offsets={},
+            started_at=None,
+            ended_at=None,
+            returncode=None,
+            signal=None,
+            finals={},
+            primary_metric=None,
+            warnings=[],
+            failure_tail=[],
+            last_activity_at=None,
+            attempt=0,
+        )
+        return await self.store.upsert_round(rec)
+
+    async def _launch(self, spec: ProjectSpec, rec: RoundRecord, rnd: RoundLayout) -> RoundHandle:
+        rendered = await anyio.to_thread.run_sync(
+            lambda: render_round(
+                spec, rnd, rec.params, base_env=self.record.env, security_mode=self._security_mode()
+            )
+        )
+        if self._security_mode() == SecurityMode.GUARDED:
+            network = bool(getattr(spec.advanced, "network", True))
+            rendered = wrap(rendered, spec, rnd, network=network)
+        rnd.session.artifacts.mkdir(parents=True, exist_ok=True)
+        grace = float(getattr(spec.advanced, "stop_grace_sec", 30.0))
+        handle = await spawn_round(
+            rendered.argv,
+            env=rendered.env,
+            cwd=rendered.cwd,
+            rnd=rnd,
+            timeout_sec=spec.run.timeout_minutes * 60,
+            grace_sec=grace,
+        )
+        now = time.time()
+        await self.store.update_round(
+            self.record.index,
+            rec.index,
+            status="running",
+            command=rendered.display,
+            config_path=rendered.config_path,
+            monitor_pid=handle.pid,
+            monitor_start_time=handle.start_time,
+            started_at=now,
+            attempt=rec.attempt,
+        )
+        self.emit(
+            "round.started",
+            {
+                "round": rec.index,
+                "params": rec.params,
+                "diff": rec.diff,
+                "hypothesis": rec.hypothesis,
+                "command": rendered.display,
+                "attempt": rec.attempt,
+            },
+        )
+        return handle
+
+    def _handle_of(self, rec: RoundRecord, rnd: RoundLayout) -> RoundHandle | None:
+        if rec.monitor_pid is None or rec.monitor_start_time is None:
+            return None
+        return RoundHandle(
+            pid=rec.monitor_pid,
+            start_time=rec.monitor_start_time,
+            log=str(rnd.log),
+            index=str(rnd.log_index),
+            exit_file=str(rnd.exit_file),
+            state_file=str(rnd.monitor_file),
+        )
+
+    async def _resume_round(self, spec: ProjectSpec, rec: RoundRecord) -> RoundSummary:
+        rnd = self.session_layout.round(rec.index)
+        handle = self._handle_of(rec, rnd)
+        if handle is not None and (is_alive(handle) or read_exit(rnd.exit_file) is not None):
+            log.info(
+                "%s round %d: re-adopting its monitor (pid %d)",
+                self.record.id,
+                rec.index,
+                handle.pid,
+            )
+            self.emit("round.readopted", {"round": rec.index, "pid": handle.pid})
+            return await self._watch_round(spec, rec, rnd, handle, readopted=True)
+        if rec.status == "running":
+            log.info("%s round %d: its monitor is gone; re-running it", self.record.id, rec.index)
+            self.emit("round.rerun", {"round": rec.index, "attempt": rec.attempt + 1})
+            rec = await self.store.update_round(
+                self.record.index, rec.index, status="pending", attempt=rec.attempt + 1
+            )
+        return await self._run_round(spec, rec)
+
+    async def _run_round(self, spec: ProjectSpec, rec: RoundRecord) -> RoundSummary:
+        rnd = self.session_layout.round(rec.index)
+        if rec.attempt:
+            _clear_round_files(rnd)
+        handle = await self._launch(spec, rec, rnd)
+        return await self._watch_round(spec, rec, rnd, handle, readopted=False)
+
+    async def _watch_round(
+        self,
+        spec: ProjectSpec,
+        rec: RoundRecord,
+        rnd: RoundLayout,
+        handle: RoundHandle,
+        *,
+        readopted: bool,
+    ) -> RoundSummary:
+        self.control.current = handle
+        placeholders = rnd.placeholders()
+        extractor = Extractor(
+            spec.metrics.specs,
+            placeholders=placeholders,
+            project_root=str(self.layout.project_root),
+        )
+        # Re-parse from the start for metrics; show only what was not shown before.
+        shown_until = rec.log_offset if readopted else 0
+        offsets: dict[str, int] = {}
+        patterns = [str(rnd.log)] + [_fill(p, placeholders, spec) for p in spec.advanced.log_paths]
+        tail_lines: list[str] = []
+        last_activity = time.time()
+        last_save = 0.0
+
+        async def on_batch(lines: list[Line]) -> None:
+            nonlocal last_activity, last_save
+            out_lines: list[dict[str, Any]] = []
+            points = []
+            round_log = str(rnd.log)
+            by_file: dict[str, list[str]] = {}
+            for line in lines:
+                if line.path == round_log:
+                    by_file.setdefault("", []).append(line.text)
+                    if line.raw_offset >= shown_until:
+                        out_lines.append({"stream": line.stream, "text": line.text})
+                    tail_lines.append(line.text)
+                else:
+                    by_file.setdefault(line.path, []).append(line.text)
+            if len(tail_lines) > FAILURE_TAIL_LINES * 4:
+                del tail_lines[:-FAILURE_TAIL_LINES]
+            for path, texts in by_file.items():
+                chunk = "\n".join(texts)
+                points.extend(
+                    extractor.feed_output(chunk) if path == "" else extractor.feed_log(path, chunk)
+                )
+            if lines:
+                last_activity = time.time()
+            if out_lines:
+                skipped = max(0, len(out_lines) - OUTPUT_LINES_PER_EVENT)
+                self.emit(
+                    "output",
+                    {
+                        "round": rec.index,
+                        "lines": out_lines[-OUTPUT_LINES_PER_EVENT:],
+                        "skipped": skipped,
+                    },
+                )
+            if points:
+                rows = [(p.name, p.value, p.step, p.seq) for p in points]
+                await self.store.add_points(self.record.index, rec.index, rows)
+                self.emit("metric", {"round": rec.index, "points": rows[-500:]})
+            now = time.time()
+            if now - last_save >= OFFSET_SAVE_INTERVAL:
+                last_save = now
+                await self.store.update_round(
+                    self.record.index,
+                    rec.index,
+                    log_offset=offsets.get(round_log, 0),
+                    tail_offsets=dict(offsets),
+                    last_activity_at=last_activity,
+                )
+                self.emit("activity", {"round": rec.index, "last_activity_at": last_activity})
+
+        stop_tail = anyio.Event()
+        tail_finished = anyio.Event()
+
+        async def run_tail() -> None:
+            try:
+                await tail_files(patterns, on_batch, stop=stop_tail, offsets=offsets)
+            finally:
+                tail_finished.set()
+
+        async def stop_watcher() -> None:
+            await self.control.stop_requested.wait()
+            request_stop(handle)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_tail)
+            tg.start_soon(stop_watcher)
+            exit_info = await wait_exit(handle)
+            stop_tail.set()
+            # the tailer drains every file to its end after ``stop``, then returns
+            with anyio.move_on_after(30):
+                await tail_finished.wait()
+            tg.cancel_scope.cancel()
+        self.control.current = None
+        extractor_points = await anyio.to_thread.run_sync(extractor.read_files)
+        if extractor_points:
+            await self.store.add_points(
+                self.record.index,
+                rec.index,
+                [(p.name, p.value, p.step, p.seq) for p in extractor_points],
+            )
+        metrics = extractor.result()
+        status = _status_of(exit_info, metrics.missing_required)
+        finals = {k: v for k, v in metrics.finals.items() if math.isfinite(v)}
+        primary = finals.get(metrics.primary) if metrics.primary else None
+        failure_tail = tail_lines[-FAILURE_TAIL_LINES:] if status in ("failed", "timed_out") else []
+        summary = RoundSummary(
+            index=rec.index,
+            status=status,
+            params=rec.params,
+            diff=rec.diff,
+            metric=primary,
+            metrics=finals,
+            hypothesis=rec.hypothesis,
+            expected=rec.expected,
+            verdict=None,
+            verdict_reason="",
+            duration_sec=exit_info.duration_sec,
+            failure_tail=failure_tail,
+        )
+        assert self.state is not None
+        self.state, judged = record_round(self.state, summary)
+        updated = await self.store.update_round(
+            self.record.index,
+            rec.index,
+            status=status,
+            ended_at=exit_info.ended_at,
+            returncode=exit_info.returncode,
+            signal=exit_info.signal,
+            finals=finals,
+            primary_metric=primary,
+            verdict=judged.verdict,
+            verdict_reason=judged.verdict_reason,
+            warnings=[w.message for w in metrics.warnings],
+            failure_tail=failure_tail,
+            log_offset=offsets.get(str(rnd.log), 0),
+            tail_offsets=dict(offsets),
+            last_activity_at=last_activity,
+        )
+        best = self.state.best.index if self.state.best else None
+        baseline = self.state.baseline.index if self.state.baseline else None
+        self.record = await self.store.update_session(
+            self.record.index, best_round=best, baseline_round=baseline
+        )
+        await self._write_outputs()
+        self.emit(
+            "round.finished",
+            {
+                "round": rec.index,
+                "status": status,
+                "metric": primary,
+                "metric_name": metrics.primary,
+                "finals": finals,
+                "verdict": judged.verdict,
+                "verdict_reason": judged.verdict_reason,
+                "duration_sec": exit_info.duration_sec,
+                "returncode": exit_info.returncode,
+                "best_round": best,
+            },
+        )
+        del updated
+        return judged
+
+    # -- outputs ------------------------------------------------------------------------
+
+    async def _write_outputs(self, *, report: bool = False) -> None:
+        rounds = await self.store.list_rounds(self.record.index)
+        state = self.state
+
+        def write() -> None:
+            write_ledgers(self.session_layout, self.record, rounds)
+            if state is not None:
+                write_research_state(self.session_layout, state_to_json(state))
+            if report:
+                metric = state.primary_metric if state else None
+                goal = state.goal if state else "min"
+                write_report(
+                    self.session_layout,
+                    self.record,
+                    rounds,
+                    metric_name=metric or "metric",
+                    goal=goal,
+                )
+
+        await anyio.to_thread.run_sync(write)
+
+    async def _finish(self, stop_reason: str, error: str | None) -> SessionRecord:
+        status = {
+            "user_stop": "stopped",
+            "error": "failed",
+            "provider_failed": "failed",
+            "invalid_decision": "failed",
+            "required_metric_missing": "failed",
+        }.get(stop_reason, "finished")
+        with anyio.CancelScope(shield=True):
+            self.record = await self.store.update_session(
+                self.record.index,
+                status=status,
+                stop_reason=stop_reason,
+                error=error,
+                finished_at=time.time(),
+            )
+            try:
+                await self._write_outputs(report=True)
+            except Exception:
+                log.exception("%s: writing the report failed", self.record.id)
+            state = self.state
+            self.emit(
+                "session.finished",
+                {
+                    "status": status,
+                    "stop_reason": stop_reason,
+                    "error": error,
+                    "best_round": state.best.index if state and state.best else None,
+                    "best_metric": state.best.metric if state and state.best else None,
+                    "best_params": state.best.params if state and state.best else None,
+                    "baseline_metric": state.baseline.metric if state and state.baseline else None,
+                    "metric_name": state.primary_metric if state else None,
+                    "report": str(self.session_layout.report),
+                },
+            )
+        return self.record
+
+
+def _status_of(info: ExitInfo, missing_required: list[str]) -> str:
+    if info.stopped:
+        return "stopped"
+    if info.timed_out:
+        return "timed_out"
+    if info.lost or info.returncode != 0 or info.signal:
+        return "failed"
+    if missing_required:
+        return "completed_without_metrics"
+    return "completed"
+
+
+def _fill(pattern: str, placeholders: Mapping[str, str], spec: ProjectSpec) -> str:
+    text = pattern
+    for key, value in placeholders.items():
+        text = text.replace("{" + key + "}", value)
+    if not text.startswith("/"):
+        text = str(spec.root_path / text)
+    return text
+
+
+def _clear_round_files(rnd: RoundLayout) -> None:
+    for path in (rnd.exit_file, rnd.monitor_file, rnd.log, rnd.log_index):
+        path.unlink(missing_ok=True)

@@ -1,0 +1,635 @@
+"""The round monitor: ``python -m trainee.shim --log LOG --index IDX --exit EXIT --state STATE -- argv...``
+
+One small process per round, in the spirit of podman's conmon. Stdlib only and
+importing nothing from trainee, so it starts fast and survives anything the
+daemon does (the daemon spawns it with ``start_new_session=True``; it calls
+``setsid()`` itself as well, so no signal aimed at the daemon's group reaches it).
+
+What it does:
+
+- becomes a child subreaper, so processes the job daemonizes re-parent to it;
+- runs ``argv`` in its own process group, stdin ``/dev/null``, environment
+  unchanged; the child's stdout IS the log file (opened ``O_APPEND``): the child
+  writes straight to disk, the fastest path there is;
+- stderr goes through a pipe: the shim appends each chunk to the same log and
+  records its byte range as a line ``start length`` in IDX. The log write and
+  the IDX write happen under an exclusive ``flock`` on IDX, so a reader holding a
+  shared lock sees no stderr byte in the log without its IDX line;
+- writes STATE atomically once the child runs: ``{"pid", "start_time",
+  "child_pid", "started_at", "argv"}`` (``start_time`` is field 22 of
+  ``/proc/<pid>/stat``: pid plus start time identify the monitor across pid reuse);
+- on SIGTERM/SIGINT/SIGHUP (``stopped``) or when ``--timeout`` expires
+  (``timed_out``): SIGTERM (+SIGCONT) to the child's group and every descendant,
+  ``--grace`` seconds, then SIGKILL to all of them;
+- when the child ends: leftover descendants get SIGTERM, a short grace, SIGKILL;
+  all are reaped, the log and IDX are fsynced, and EXIT is written atomically:
+  ``{"returncode", "signal", "timed_out", "stopped", "started_at", "ended_at",
+  "duration_sec", "error"}``. No process of the round outlives the shim's exit.
+
+Files are created 0600: a training job's output can hold tokens, paths and
+data samples, and only the user's own daemon needs to read them.
+
+With ``--ready-fd`` (or when stdout is a pipe, see ``--ready-stdout``) the shim
+writes ``READY\\n`` there after STATE exists and closes it: the daemon waits on
+that instead of polling. The shim's own diagnostics go into the log as stderr.
+
+Exit status: 0 when the child ran (whatever its result), 127/126 when argv could
+not be executed (also recorded in EXIT), 2 for bad arguments, 1 for other faults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+FILE_MODE = 0o600
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+LEFTOVER_GRACE = 2.0
+"""Grace for processes still alive after the main child ended (capped by --grace)."""
+REAP_LIMIT = 10.0
+"""How long to wait for SIGKILLed processes to disappear (uninterruptible sleep)."""
+PR_SET_CHILD_SUBREAPER = 36
+READ_SIZE = 65536
+STDERR_HOLD = 0.05
+"""How long a stderr fragment without a line end waits for the rest of its line."""
+STDERR_HOLD_MAX = 65536
+
+
+# -- small helpers --------------------------------------------------------------
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return int(fields[19])
+
+
+def _proc_table() -> dict[int, int]:
+    """pid -> ppid of every process (that still exists while we read it)."""
+    table: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if fields[0] in (b"Z", b"X"):
+            continue
+        table[int(name)] = int(fields[1])
+    return table
+
+
+def descendants(root: int) -> list[int]:
+    """Live (non-zombie) processes whose parent chain leads to ``root``."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, ppid in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: list[int] = []
+    todo = list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().strip().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _signal_all(pgid: int | None, pids: Iterable[int], sig: int) -> None:
+    if pgid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _write_atomic(path: str, payload: dict[str, Any]) -> None:
+    folder = os.path.dirname(path) or "."
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    data = (json.dumps(payload, indent=1) + "\n").encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    with contextlib.suppress(OSError):
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _become_subreaper() -> None:
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def original_environ() -> dict[str, str]:
+    """The environment this process was started with, exactly.
+
+    Python's start-up may add to ``os.environ`` (PEP 538 sets ``LC_CTYPE`` under
+    a C locale); the kernel's copy in ``/proc/self/environ`` is what the daemon
+    passed, and that is what the command gets.
+    """
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return dict(os.environ)
+    env: dict[str, str] = {}
+    for entry in data.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep and key:
+            env[os.fsdecode(key)] = os.fsdecode(value)
+    return env
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"SIG{num}"
+
+
+# -- the monitor -----------------------------------------------------------------
+
+
+class Monitor:
+    """One round: the child, its pipes, the stop escalation, the final record."""
+
+    def __init__(self, args: argparse.Namespace, argv: list[str]) -> None:
+        self.args = args
+        self.argv = argv
+        self.env = original_environ()
+        self.log_fd = -1
+        self.out_fd = -1
+        self.idx_fd = -1
+        self.err_r = -1
+        self.wake_r = -1
+        self.child: int | None = None
+        self.status: int | None = None
+        self.stopped = False
+        self.timed_out = False
+        self.error: str | None = None
+        self.exec_failed = False
+        self.exec_code = 127
+        """127: not found, 126: found but not executable (the shells' convention)."""
+        self.started_at = time.time()
+        self.t0 = time.monotonic()
+        self.kill_at: float | None = None
+        """When the current TERM escalation turns into SIGKILL."""
+        self.killed = False
+        self.lost_output = 0
+        """stderr bytes that could not be written to the log."""
+        self.write_error: str | None = None
+        self.err_buf = bytearray()
+        self.err_flush_at: float | None = None
+        """When a held stderr fragment (no line end yet) goes to the log anyway."""
+
+    # files ------------------------------------------------------------------
+
+    def open_files(self) -> None:
+        for path in (self.args.log, self.args.index, self.args.exit, self.args.state):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        # IDX before LOG: whoever sees the log also finds its index.
+        self.idx_fd = os.open(self.args.index, flags, FILE_MODE)
+        # Two opens of the log, two file offsets: after a write to ``log_fd`` its
+        # offset is the end of exactly that write, whatever the child appends
+        # through ``out_fd`` (a shared offset would move under our feet).
+        self.log_fd = os.open(self.args.log, flags, FILE_MODE)
+        self.out_fd = os.open(self.args.log, flags, FILE_MODE)
+
+    def append_stderr(self, data: bytes) -> None:
+        """Append ``data`` to the log and record its range in IDX, under one lock."""
+        fcntl.flock(self.idx_fd, fcntl.LOCK_EX)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self.log_fd, view)
+                end = os.lseek(self.log_fd, 0, os.SEEK_CUR)
+                os.write(self.idx_fd, f"{end - n} {n}\n".encode())
+                view = view[n:]
+        finally:
+            fcntl.flock(self.idx_fd, fcntl.LOCK_UN)
+
+    def note(self, message: str) -> None:
+        """A diagnostic of the shim itself, written to the log as stderr."""
+        with contextlib.suppress(OSError):
+            self.append_stderr(f"[trainee.shim] {message}\n".encode())
+
+    # start ------------------------------------------------------------------
+
+    def install_signals(self) -> None:
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        os.set_blocking(self.wake_r, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        for sig in (*STOP_SIGNALS, signal.SIGCHLD):
+            signal.signal(sig, lambda *_: None)
+
+    def spawn(self) -> None:
+        """fork + exec with an error pipe: exec failures come back as errno + text."""
+        err_r, err_w = os.pipe()
+        exec_r, exec_w = os.pipe()  # both O_CLOEXEC: EOF on exec_r means exec succeeded
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        mask = set(STOP_SIGNALS) | {signal.SIGCHLD}
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, mask)
+        self.t0 = time.monotonic()
+        self.started_at = time.time()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child replaces itself at once
+            self._exec_child(devnull, err_w, exec_w, old_mask)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        self.child = pid
+        for fd in (err_w, exec_w, devnull, self.out_fd):
+            os.close(fd)
+        self.err_r = err_r
+        report = b""
+        while chunk := _read_retry(exec_r):
+            report += chunk
+        os.close(exec_r)
+        if report:
+            stage, _, rest = report.decode(errors="replace").partition(":")
+            code, _, text = rest.partition(":")
+            if stage == "chdir":
+                self.error = f"cannot enter the working directory {self.args.cwd!r}: {text}"
+            else:
+                self.error = f"cannot execute {self.argv[0]!r}: {text}"
+            self.exec_failed = True
+            not_found = stage == "exec" and code in (str(errno.ENOENT), str(errno.ENOTDIR))
+            self.exec_code = 127 if not_found else 126
+
+    def _exec_child(self, devnull: int, err_w: int, exec_w: int, old_mask: Any) -> None:
+        stage = "setup"
+        try:
+            os.setpgid(0, 0)
+            for sig in (*STOP_SIGNALS, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            if self.args.cwd:
+                stage = "chdir"
+                os.chdir(self.args.cwd)
+            stage = "setup"
+            os.dup2(devnull, 0)
+            os.dup2(self.out_fd, 1)
+            os.dup2(err_w, 2)
+            stage = "exec"
+            os.execvpe(self.argv[0], self.argv, self.env)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.write(exec_w, f"{stage}:{exc.errno or 0}:{exc.strerror or exc}".encode())
+        finally:
+            os._exit(127)
+
+    def write_state(self) -> None:
+        _write_atomic(
+            self.args.state,
+            {
+                "pid": os.getpid(),
+                "start_time": proc_start_time(os.getpid()),
+                "child_pid": self.child if self.error is None else None,
+                "started_at": self.started_at,
+                "argv": self.argv,
+            },
+        )
+
+    def signal_ready(self) -> None:
+        fd = self.args.ready_fd
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.write(fd, b"READY\n")
+        with contextlib.suppress(OSError):
+            if fd in (0, 1, 2):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, fd)
+                os.close(devnull)
+            else:
+                os.close(fd)
+
+    # main loop ----------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serve the round until the child has ended and nothing of it is left."""
+        while self.status is None:
+            self._step(self._next_timeout())
+        self._finish_leftovers()
+
+    def _next_timeout(self) -> float | None:
+        now = time.monotonic()
+        deadlines = []
+        if self.kill_at is not None and not self.killed:
+            deadlines.append(self.kill_at)
+        if self.args.timeout is not None and not self.timed_out and self.kill_at is None:
+            deadlines.append(self.t0 + self.args.timeout)
+        if self.err_flush_at is not None:
+            deadlines.append(self.err_flush_at)
+        return max(0.0, min(deadlines) - now) if deadlines else None
+
+    def _step(self, timeout: float | None) -> None:
+        fds = [self.wake_r] + ([self.err_r] if self.err_r >= 0 else [])
+        try:
+            ready, _, _ = select.select(fds, [], [], timeout)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries select
+            ready = []
+        if self.wake_r in ready:
+            self._handle_signals()
+        if self.err_r in ready:
+            self._read_stderr()
+        self._reap()
+        self._check_deadlines()
+
+    def _handle_signals(self) -> None:
+        try:
+            data = os.read(self.wake_r, 4096)
+        except BlockingIOError:
+            return
+        for num in data:
+            if num not in STOP_SIGNALS or self.status is not None:
+                continue
+            if not self.stopped and not self.timed_out:
+                self.stopped = True
+                self.note(f"stop requested ({_signal_name(num)}): stopping the round")
+            if self.kill_at is None:
+                self._terminate()
+
+    def _read_stderr(self) -> None:
+        """Read a stderr chunk; whole lines go to the log, a fragment waits briefly.
+
+        Holding fragments keeps stderr lines whole in the log (Python's ``print``
+        to stderr writes the text and the newline separately, and the child's
+        stdout lands in the same file in between).
+        """
+        try:
+            data = os.read(self.err_r, READ_SIZE)
+        except BlockingIOError:
+            return
+        if not data:
+            os.close(self.err_r)
+            self.err_r = -1
+            self._flush_stderr()
+            return
+        self.err_buf += data
+        cut = max(self.err_buf.rfind(b"\n"), self.err_buf.rfind(b"\r")) + 1
+        if cut:
+            self._append_safely(bytes(self.err_buf[:cut]))
+            del self.err_buf[:cut]
+            self.err_flush_at = None
+        if len(self.err_buf) >= STDERR_HOLD_MAX:
+            self._flush_stderr()
+        elif self.err_buf and self.err_flush_at is None:
+            self.err_flush_at = time.monotonic() + STDERR_HOLD
+
+    def _flush_stderr(self) -> None:
+        if self.err_buf:
+            self._append_safely(bytes(self.err_buf))
+            self.err_buf.clear()
+        self.err_flush_at = None
+
+    def _append_safely(self, data: bytes) -> None:
+        """A full disk loses output, never the monitor (it must still write EXIT)."""
+        try:
+            self.append_stderr(data)
+        except OSError as exc:
+            self.lost_output += len(data)
+            self.write_error = f"{exc.strerror or exc}"
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.child:
+                self.status = status
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        if self.err_flush_at is not None and now >= self.err_flush_at:
+            self._flush_stderr()
+        if (
+            self.args.timeout is not None
+            and self.kill_at is None
+            and now >= self.t0 + self.args.timeout
+        ):
+            self.timed_out = True
+            self.note(f"timeout of {self.args.timeout:g} s reached: stopping the round")
+            self._terminate()
+        if self.kill_at is not None and not self.killed and now >= self.kill_at:
+            self._kill()
+
+    def _terminate(self, grace: float | None = None) -> None:
+        pids = descendants(os.getpid())
+        pgid = self.child if self.status is None else None
+        # bwrap forwards no signals and a SIGTERM to it ends the sandbox at once
+        # (--die-with-parent, pid namespace): the job inside would get SIGKILL with no
+        # grace. So in a sandbox the job's own processes get SIGTERM, bwrap does not.
+        gentle = [pid for pid in pids if _comm(pid) != "bwrap"]
+        if len(gentle) != len(pids):
+            pgid, pids = None, gentle
+        _signal_all(pgid, pids, signal.SIGTERM)
+        _signal_all(pgid, pids, signal.SIGCONT)
+        self.kill_at = time.monotonic() + (self.args.grace if grace is None else grace)
+
+    def _kill(self) -> None:
+        self.killed = True
+        pgid = self.child if self.status is None else None
+        pids = descendants(os.getpid())
+        if pids or pgid is not None:
+            self.note("processes still running after the grace period: SIGKILL")
+        _signal_all(pgid, pids, signal.SIGKILL)
+
+    def _finish_leftovers(self) -> None:
+        """After the child: TERM, short grace, KILL whatever it left; reap all of it."""
+        if descendants(os.getpid()):
+            if self.kill_at is None:
+                self._terminate(min(self.args.grace, LEFTOVER_GRACE))
+            while not self.killed and descendants(os.getpid()):
+                timeout = self._next_timeout()
+                self._step(0.05 if timeout is None else min(0.05, timeout))
+        limit = time.monotonic() + REAP_LIMIT
+        while self._has_children() and time.monotonic() < limit:
+            _signal_all(None, descendants(os.getpid()), signal.SIGKILL)
+            self._step(0.02)
+        # Every writer of the stderr pipe is gone now: drain it to EOF.
+        while self.err_r >= 0 and time.monotonic() < limit:
+            ready, _, _ = select.select([self.err_r], [], [], max(0.0, limit - time.monotonic()))
+            if ready:
+                self._read_stderr()
+        if self.err_r >= 0:
+            os.close(self.err_r)
+            self.err_r = -1
+        self._flush_stderr()
+
+    def _has_children(self) -> bool:
+        """Reap what has ended; True while any child (live or not yet reparented) is left."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return False
+            if pid == 0:
+                return True
+            if pid == self.child:
+                self.status = status
+
+    # end --------------------------------------------------------------------
+
+    def exit_record(self, returncode: int | None, sig: str | None) -> dict[str, Any]:
+        ended = time.time()
+        return {
+            "returncode": returncode,
+            "signal": sig,
+            "timed_out": self.timed_out,
+            "stopped": self.stopped,
+            "started_at": self.started_at,
+            "ended_at": ended,
+            "duration_sec": round(time.monotonic() - self.t0, 6),
+            "error": self.error,
+            "lost_output_bytes": self.lost_output,
+        }
+
+    def write_exit(self) -> None:
+        returncode: int | None = None
+        sig: str | None = None
+        if self.exec_failed:
+            returncode = self.exec_code
+        elif self.status is not None:
+            if os.WIFSIGNALED(self.status):
+                sig = _signal_name(os.WTERMSIG(self.status))
+            else:
+                returncode = os.waitstatus_to_exitcode(self.status)
+        if self.lost_output and self.error is None:
+            self.error = f"{self.lost_output} bytes of stderr lost: {self.write_error}"
+        for fd in (self.log_fd, self.idx_fd):
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+        _write_atomic(self.args.exit, self.exit_record(returncode, sig))
+
+
+def _read_retry(fd: int) -> bytes:
+    while True:
+        try:
+            return os.read(fd, 4096)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            continue
+
+
+# -- command line -----------------------------------------------------------------
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m trainee.shim",
+        description="Run one training round under a monitor (see the module docstring).",
+        usage="%(prog)s --log LOG --index IDX --exit EXIT --state STATE [options] -- argv...",
+    )
+    p.add_argument("--log", required=True, help="round log (stdout + stderr), appended")
+    p.add_argument("--index", required=True, help="stderr ranges of the log: 'start length' lines")
+    p.add_argument("--exit", required=True, help="exit.json, written when the command ends")
+    p.add_argument("--state", required=True, help="monitor.json, written when the command runs")
+    p.add_argument("--timeout", type=_positive, default=None, help="seconds before timed_out")
+    p.add_argument("--grace", type=_non_negative, default=30.0, help="SIGTERM -> SIGKILL delay")
+    p.add_argument("--cwd", default=None, help="working directory of the command")
+    p.add_argument("--ready-fd", type=int, default=None, help="write READY here once running")
+    return p
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    argv = list(argv)
+    if "--" not in argv:
+        build_parser().error("the command must follow '--'")
+    cut = argv.index("--")
+    command = argv[cut + 1 :]
+    if not command:
+        build_parser().error("no command after '--'")
+    return build_parser().parse_args(argv[:cut]), command
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, command = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.ready_fd is not None:
+        os.set_inheritable(args.ready_fd, False)  # the command must not hold it open
+    with contextlib.suppress(PermissionError):
+        os.setsid()  # fails only when already a session leader, which is what we want
+    _become_subreaper()
+    mon = Monitor(args, command)
+    try:
+        mon.open_files()
+    except OSError as exc:
+        print(f"trainee.shim: cannot open {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
+    mon.install_signals()
+    mon.spawn()
+    try:
+        mon.write_state()
+        mon.signal_ready()
+        if mon.error is not None:
+            mon.note(mon.error)
+        mon.run()
+        mon.write_exit()
+    except BaseException as exc:
+        # A fault of the monitor itself: nothing of the round may outlive it.
+        _signal_all(mon.child, descendants(os.getpid()), signal.SIGKILL)
+        mon.error = f"monitor failure: {type(exc).__name__}: {exc}"
+        with contextlib.suppress(BaseException):
+            mon.note(mon.error)
+            mon.write_exit()
+        raise
+    return mon.exec_code if mon.exec_failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

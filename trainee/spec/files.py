@@ -1,0 +1,451 @@
+"""The msgspec Structs of the two user files, ``.trainee/project.yaml`` and ``tuning.yaml``.
+
+Schema-level rules (types, enums, ranges, unknown keys) live in the types; rules
+that span fields or touch the disk live in :mod:`trainee.spec.compile`. This
+module also turns a ``msgspec.ValidationError`` into a :class:`ConfigError` that
+names the file, line, field and reason. Stdlib + msgspec only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import re
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+from msgspec import Meta
+
+from trainee.errors import ConfigError
+
+__all__ = [
+    "AdvancedSpec",
+    "ArgSpec",
+    "ArgStyle",
+    "DataSpec",
+    "Environment",
+    "FieldPath",
+    "Goal",
+    "LaunchSpec",
+    "LineMap",
+    "MetricSource",
+    "MetricSpec",
+    "MetricsSpec",
+    "OutputSpec",
+    "ParamSpec",
+    "ParamType",
+    "ProjectFileSpec",
+    "RunSpec",
+    "SecurityMode",
+    "SignalSourceSpec",
+    "SignalType",
+    "TuningFileSpec",
+    "Value",
+    "config_error",
+    "decode_file",
+    "format_field",
+    "line_of",
+    "struct_to_yaml_data",
+]
+
+# -- enums ---------------------------------------------------------------------
+
+
+class Environment(enum.StrEnum):
+    """How ``launch.command`` is wrapped."""
+
+    SYSTEM = "system"
+    UV = "uv"
+    VENV = "venv"
+    CONDA = "conda"
+
+
+class ArgStyle(enum.StrEnum):
+    """How a ``--flag`` and its value are written: ``--lr 0.001`` or ``--lr=0.001``."""
+
+    SPACE = "space"
+    EQUALS = "equals"
+
+
+class SecurityMode(enum.StrEnum):
+    GUARDED = "guarded"
+    UNSAFE = "unsafe"
+
+
+class MetricSource(enum.StrEnum):
+    STDOUT_REGEX = "stdout_regex"
+    LOG_REGEX = "log_regex"
+    LOG_FILE_REGEX = "log_file_regex"
+    JSONL = "jsonl"
+    WANDB_SUMMARY = "wandb_summary"
+
+
+class Goal(enum.StrEnum):
+    MIN = "min"
+    MAX = "max"
+
+
+class ParamType(enum.StrEnum):
+    FLOAT = "float"
+    INT = "int"
+    BOOL = "bool"
+    CHOICE = "choice"
+
+
+class SignalType(enum.StrEnum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    LOG_FILE_MTIME = "log_file_mtime"
+    HEARTBEAT_FILE = "heartbeat_file"
+
+
+# -- constrained scalar types ----------------------------------------------------
+
+Value = int | float | bool | str
+"""A scalar argument or parameter value."""
+
+NonEmptyStr = Annotated[str, Meta(min_length=1)]
+Name = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$", max_length=128)]
+MetricName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:/\-]*$", max_length=128)]
+Flag = Annotated[str, Meta(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=128)]
+ArgFlag = Annotated[str, Meta(pattern=r"^[^\s=]+$", max_length=256)]
+ConfigPath = Annotated[str, Meta(pattern=r"^[^.\s]+(\.[^.\s]+)*$", max_length=256)]
+OverrideKey = Annotated[
+    str, Meta(pattern=r"^(\+\+|\+|~)?[A-Za-z_][A-Za-z0-9_\-./@]*$", max_length=256)
+]
+
+
+# -- project.yaml ----------------------------------------------------------------
+
+
+class DataSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A data folder or file of the project; ``flag`` passes it to the command."""
+
+    path: NonEmptyStr
+    flag: ArgFlag | None = None
+
+
+class ArgSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A constant argument. ``value: null`` passes the bare flag; a flag without a
+    leading dash is written override style (``trainer.max_epochs=10``)."""
+
+    flag: ArgFlag
+    value: Value | None = None
+
+
+class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    environment: Environment = Environment.SYSTEM
+    env_name: NonEmptyStr | None = None
+    command: Annotated[tuple[NonEmptyStr, ...], Meta(min_length=1)]
+    baseline_config: NonEmptyStr | None = None
+    args: tuple[ArgSpec, ...] = ()
+    arg_style: ArgStyle = ArgStyle.SPACE
+
+
+class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    max_rounds: Annotated[int, Meta(ge=1)] = 3
+    timeout_minutes: Annotated[float, Meta(gt=0)] = 60.0
+    fixed_args: tuple[ArgSpec, ...] = ()
+
+
+class OutputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``config_path``: the dotted key of the baseline config holding the output folder."""
+
+    config_path: ConfigPath | None = None
+
+
+class MetricSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``key_or_pattern`` is a regex for the ``*_regex`` sources and a key or dotted
+    path for ``jsonl``/``wandb_summary``; ``path`` (glob allowed) is the file read by
+    ``log_file_regex``, ``jsonl`` and ``wandb_summary``."""
+
+    name: MetricName
+    source: MetricSource
+    key_or_pattern: NonEmptyStr
+    path: NonEmptyStr | None = None
+    goal: Goal = Goal.MIN
+    required: bool = False
+
+
+class MetricsSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    specs: tuple[MetricSpec, ...] = ()
+    prompt: str = ""
+
+
+class SignalSourceSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An activity signal; file-based types watch ``paths`` (globs)."""
+
+    type: SignalType
+    paths: tuple[NonEmptyStr, ...] = ()
+
+
+class AdvancedSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    security_mode: SecurityMode = SecurityMode.GUARDED
+    working_dir: NonEmptyStr = "."
+    heartbeat_interval_sec: Annotated[float, Meta(gt=0)] = 5.0
+    signal_sources: tuple[SignalSourceSpec, ...] = ()
+    log_paths: tuple[NonEmptyStr, ...] = ()
+    wandb_enabled: bool = False
+    tuning_prompt: str = ""
+    shell_command: NonEmptyStr | None = None
+
+
+class ProjectFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``.trainee/project.yaml``."""
+
+    version: Literal[1] = 1
+    data: tuple[DataSpec, ...] = ()
+    launch: LaunchSpec
+    run: RunSpec = msgspec.field(default_factory=RunSpec)
+    output: OutputSpec = msgspec.field(default_factory=OutputSpec)
+    metrics: MetricsSpec = msgspec.field(default_factory=MetricsSpec)
+    advanced: AdvancedSpec = msgspec.field(default_factory=AdvancedSpec)
+
+
+# -- tuning.yaml -----------------------------------------------------------------
+
+
+class ParamSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One agent-controlled parameter. Exactly one of ``flag`` (``--lr 0.001``),
+    ``config_path`` (a key of the baseline config) or ``override`` (``optimizer.lr=0.001``)."""
+
+    name: Name
+    flag: Flag | None = None
+    config_path: ConfigPath | None = None
+    override: OverrideKey | None = None
+    type: ParamType
+    default: Value | None = None
+    min_value: int | float | None = None
+    max_value: int | float | None = None
+    choices: tuple[Value, ...] | None = None
+    log: bool = False
+    description: str = ""
+
+
+class TuningFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``.trainee/tuning.yaml``."""
+
+    version: Literal[1] = 1
+    params: tuple[ParamSpec, ...] = ()
+
+
+# -- Struct -> YAML data ---------------------------------------------------------
+
+
+def struct_to_yaml_data(struct: msgspec.Struct, *, omit_defaults: bool = True) -> dict[str, Any]:
+    """Plain dicts/lists/scalars for ``struct``, in field order.
+
+    With ``omit_defaults`` (for new files) a field equal to its default is left out;
+    ``version`` is always kept. Without it every field is present, ``None`` included.
+    """
+    out: dict[str, Any] = {}
+    for field in msgspec.structs.fields(struct):
+        value = getattr(struct, field.name)
+        if omit_defaults and field.name != "version" and _is_default(field, value):
+            continue
+        out[field.encode_name] = _to_data(value, omit_defaults)
+    return out
+
+
+def _is_default(field: msgspec.structs.FieldInfo, value: Any) -> bool:
+    if field.default is not msgspec.NODEFAULT:
+        return bool(_same(value, field.default))
+    if field.default_factory is not msgspec.NODEFAULT:
+        return bool(_same(value, field.default_factory()))
+    return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same kind (``True`` is not ``1``; ``1`` is ``1.0``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return bool(a == b)
+
+
+def _to_data(value: Any, omit_defaults: bool) -> Any:
+    if isinstance(value, msgspec.Struct):
+        return struct_to_yaml_data(value, omit_defaults=omit_defaults)
+    if isinstance(value, tuple | list):
+        return [_to_data(item, omit_defaults) for item in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value
+
+
+# -- YAML data -> Struct ---------------------------------------------------------
+
+FieldPath = tuple[str | int, ...]
+"""A position in a document: ``("params", 1, "min_value")``."""
+
+LineMap = dict[FieldPath, int]
+"""1-based line of every mapping key and sequence item, by path (``()`` is line 1)."""
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+_AT = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<path>\$[^`]*)`)?$", re.S)
+_SEGMENT = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
+
+
+def format_field(path: FieldPath) -> str:
+    """``("params", 1, "min_value")`` -> ``params[1].min_value``."""
+    out = ""
+    for seg in path:
+        out += f"[{seg}]" if isinstance(seg, int) else (f".{seg}" if out else seg)
+    return out
+
+
+def line_of(lines: LineMap | None, path: FieldPath) -> int | None:
+    """The line of ``path``, else of its nearest parent present in ``lines``."""
+    if lines is None:
+        return None
+    for end in range(len(path), -1, -1):
+        line = lines.get(path[:end])
+        if line is not None:
+            return line
+    return 1
+
+
+def config_error(file: str, line: int | None, path: FieldPath | str, reason: str) -> ConfigError:
+    """The one way this package builds a ConfigError: ``file:line: field: reason``."""
+    field = path if isinstance(path, str) else format_field(path)
+    where = file if line is None else f"{file}:{line}"
+    message = f"{where}: {field}: {reason}" if field else f"{where}: {reason}"
+    return ConfigError(message, file=file, line=line, field=field or None, reason=reason)
+
+
+def decode_file(data: Any, type_: type[T], *, file: str, lines: LineMap | None) -> T:
+    """``msgspec.convert`` plain YAML data into ``type_``; errors name file, line and field."""
+    if not isinstance(data, dict):
+        line = 1 if lines is not None else None
+        raise config_error(file, line, "", f"the top level must be a mapping, got {_kind(data)}")
+    try:
+        return msgspec.convert(data, type=type_)
+    except msgspec.ValidationError as exc:
+        raise _mapped_error(exc, data, type_, file, lines) from None
+
+
+def _mapped_error(
+    exc: msgspec.ValidationError, data: Any, type_: type[Any], file: str, lines: LineMap | None
+) -> ConfigError:
+    match = _AT.match(str(exc))
+    msg = match.group("msg") if match else str(exc)
+    path = _parse_path(match.group("path") if match and match.group("path") else "$")
+    info = _info_at(msgspec.inspect.type_info(type_), path)
+
+    unknown = re.match(r"Object contains unknown field `(.*)`$", msg)
+    if unknown:
+        key = unknown.group(1)
+        where = (*path, key)
+        names = _field_names(info)
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'?" if close else f"expected one of: {', '.join(names)}"
+        return config_error(file, line_of(lines, where), where, f"unknown key '{key}'; {hint}")
+
+    missing = re.match(r"Object missing required field `(.*)`$", msg)
+    if missing:
+        where = (*path, missing.group(1))
+        return config_error(file, line_of(lines, path), where, "missing required field")
+
+    found, value = _value_at(data, path)
+    allowed = _allowed_values(info)
+    if path == ("version",):
+        return config_error(
+            file, line_of(lines, path), path, f"unsupported version {_short(value)}; must be 1"
+        )
+    if allowed is not None:
+        reason = f"invalid value {_short(value)}; expected one of: {', '.join(map(str, allowed))}"
+        if isinstance(value, str):
+            close = difflib.get_close_matches(value, [str(a) for a in allowed], n=1, cutoff=0.6)
+            if close:
+                reason += f" (did you mean '{close[0]}'?)"
+        return config_error(file, line_of(lines, path), path, reason)
+    reason = msg[:1].lower() + msg[1:]
+    if found and not isinstance(value, dict | list):
+        reason += f", got {_short(value)}" if "got" not in msg else f" ({_short(value)})"
+    return config_error(file, line_of(lines, path), path, reason)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse_path(text: str) -> FieldPath:
+    out: list[str | int] = []
+    for m in _SEGMENT.finditer(text[1:]):
+        out.append(m.group(1) if m.group(1) is not None else int(m.group(2)))
+    return tuple(out)
+
+
+def _unwrap(info: msgspec.inspect.Type) -> msgspec.inspect.Type:
+    """The interesting member of an optional/union type (struct, array or enum first)."""
+    if isinstance(info, msgspec.inspect.UnionType):
+        for t in info.types:
+            if isinstance(
+                t,
+                msgspec.inspect.StructType
+                | msgspec.inspect.VarTupleType
+                | msgspec.inspect.ListType
+                | msgspec.inspect.EnumType
+                | msgspec.inspect.LiteralType,
+            ):
+                return t
+    return info
+
+
+def _info_at(info: msgspec.inspect.Type, path: FieldPath) -> msgspec.inspect.Type | None:
+    current: msgspec.inspect.Type | None = info
+    for seg in path:
+        if current is None:
+            return None
+        current = _unwrap(current)
+        if isinstance(seg, int):
+            if isinstance(current, msgspec.inspect.VarTupleType | msgspec.inspect.ListType):
+                current = current.item_type
+            else:
+                return None
+        elif isinstance(current, msgspec.inspect.StructType):
+            current = next((f.type for f in current.fields if f.encode_name == seg), None)
+        else:
+            return None
+    return _unwrap(current) if current is not None else None
+
+
+def _field_names(info: msgspec.inspect.Type | None) -> list[str]:
+    if isinstance(info, msgspec.inspect.StructType):
+        return [f.encode_name for f in info.fields]
+    return []
+
+
+def _allowed_values(info: msgspec.inspect.Type | None) -> list[Any] | None:
+    if isinstance(info, msgspec.inspect.EnumType):
+        return [m.value for m in info.cls]
+    if isinstance(info, msgspec.inspect.LiteralType):
+        return list(info.values)
+    return None
+
+
+def _value_at(data: Any, path: FieldPath) -> tuple[bool, Any]:
+    current = data
+    for seg in path:
+        in_list = isinstance(seg, int) and isinstance(current, list) and 0 <= seg < len(current)
+        in_map = isinstance(seg, str) and isinstance(current, dict) and seg in current
+        if in_list or in_map:
+            current = current[seg]
+        else:
+            return False, None
+    return True, current
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return type(value).__name__
