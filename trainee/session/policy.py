@@ -50,6 +50,13 @@ class Policy(Protocol):
     def observe(self, params: Mapping[str, Any], metric: float | None, status: str) -> None: ...
 
 
+def round_sig(value: float, digits: int = 4) -> float:
+    """``value`` to ``digits`` significant digits: commands and reports stay readable."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return float(f"{value:.{digits - 1}e}")
+
+
 def sample_point(tunables: Sequence[TunableSpec], rng: random.Random) -> dict[str, Any]:
     """One point drawn from the search space (log-uniform where ``log: true``)."""
     out: dict[str, Any] = {}
@@ -67,7 +74,7 @@ def sample_point(tunables: Sequence[TunableSpec], rng: random.Random) -> dict[st
             if t.type == ParamType.INT:
                 out[t.name] = min(int(hi), max(math.ceil(lo), round(value)))
             else:
-                out[t.name] = float(value)
+                out[t.name] = min(hi, max(lo, round_sig(value)))
         elif t.baseline is not None:
             out[t.name] = t.baseline
     return out

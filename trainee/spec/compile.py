@@ -15,10 +15,11 @@ import os
 import re
 import string
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import msgspec
 
+from trainee.errors import ConfigError
 from trainee.spec.files import (
     AdvancedSpec,
     DataSpec,
@@ -82,6 +83,9 @@ _PATH_SOURCES = (MetricSource.LOG_FILE_REGEX, MetricSource.JSONL, MetricSource.W
 _FILE_SIGNALS = (SignalType.LOG_FILE_MTIME, SignalType.HEARTBEAT_FILE)
 _GLOB = re.compile(r"[*?\[]")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+_T = TypeVar("_T", bound=msgspec.Struct)
 
 
 class ParamSource(enum.StrEnum):
@@ -175,14 +179,12 @@ class Source(NamedTuple):
 
 def load_project_file(path: Path | str) -> ProjectFileSpec:
     """Read and schema-check one project.yaml (no cross-field checks)."""
-    spec, _ = _load(Path(path), ProjectFileSpec)
-    return cast(ProjectFileSpec, spec)
+    return _load(Path(path), ProjectFileSpec)[0]
 
 
 def load_tuning_file(path: Path | str) -> TuningFileSpec:
     """Read and schema-check one tuning.yaml (no cross-field checks)."""
-    spec, _ = _load(Path(path), TuningFileSpec)
-    return cast(TuningFileSpec, spec)
+    return _load(Path(path), TuningFileSpec)[0]
 
 
 def load_project(root: Path | str) -> ProjectSpec:
@@ -231,7 +233,7 @@ def compile_project(
     return _Compiler(root, project, tuning, psrc, tsrc).run()
 
 
-def _load(path: Path, type_: type[Any]) -> tuple[Any, Source]:
+def _load(path: Path, type_: type[_T]) -> tuple[_T, Source]:
     from trainee.spec.yamlio import load_spec_data
 
     _, data, lines = load_spec_data(path)
@@ -271,19 +273,11 @@ class _Compiler:
         self.baseline_path: Path | None = None
         self._baseline_doc: Any = None
 
-    def fail(self, src: Source, path: FieldPath, reason: str) -> Exception:
+    def fail(self, src: Source, path: FieldPath, reason: str) -> ConfigError:
         return config_error(src.file, line_of(src.lines, path), path, reason)
 
     def run(self) -> ProjectSpec:
         p = self.project
-        if p.version != 1:
-            raise self.fail(
-                self.psrc, ("version",), f"unsupported version {p.version!r}; must be 1"
-            )
-        if self.tuning.version != 1:
-            raise self.fail(
-                self.tsrc, ("version",), f"unsupported version {self.tuning.version!r}; must be 1"
-            )
         self._check_launch()
         self._check_run()
         working_dir = self._check_working_dir()
@@ -314,8 +308,6 @@ class _Compiler:
     def _check_launch(self) -> None:
         launch = self.project.launch
         env = str(launch.environment)
-        if env not in ("system", "uv", "venv", "conda"):
-            raise self.fail(self.psrc, ("launch", "environment"), f"invalid value {env!r}")
         if env == "conda" and not launch.env_name:
             raise self.fail(
                 self.psrc, ("launch", "env_name"), "required when launch.environment is conda"
@@ -325,10 +317,6 @@ class _Compiler:
                 self.psrc,
                 ("launch", "env_name"),
                 f"only used with environment: conda (environment is {env})",
-            )
-        if not launch.command or any(not isinstance(c, str) or not c for c in launch.command):
-            raise self.fail(
-                self.psrc, ("launch", "command"), "must be a non-empty list of non-empty strings"
             )
         for i, c in enumerate(launch.command):
             if "\x00" in c:
@@ -354,9 +342,7 @@ class _Compiler:
 
     def _check_run(self) -> None:
         run = self.project.run
-        if run.max_rounds < 1:
-            raise self.fail(self.psrc, ("run", "max_rounds"), "must be >= 1")
-        if not (math.isfinite(run.timeout_minutes) and run.timeout_minutes > 0):
+        if not math.isfinite(run.timeout_minutes):
             raise self.fail(
                 self.psrc,
                 ("run", "timeout_minutes"),
@@ -438,7 +424,7 @@ class _Compiler:
 
     def _check_advanced(self) -> None:
         adv = self.project.advanced
-        if not (math.isfinite(adv.heartbeat_interval_sec) and adv.heartbeat_interval_sec > 0):
+        if not math.isfinite(adv.heartbeat_interval_sec):
             raise self.fail(
                 self.psrc, ("advanced", "heartbeat_interval_sec"), "must be a finite number > 0"
             )

@@ -203,19 +203,15 @@ class YamlDocument:
         """Remove ``dotted``; returns whether it was there."""
         segments = _segments(dotted)
         found, parent = (
-            self._lookup(".".join(segments[:-1]))
-            if len(segments) > 1
-            else (
-                True,
-                self.root,
-            )
+            self._lookup(".".join(segments[:-1])) if segments[:-1] else (True, self.root)
         )
-        if not found:
-            return False
-        key = _child_key(parent, segments[-1])
+        key = _child_key(parent, segments[-1]) if found else None
         if key is None:
             return False
-        del parent[key]
+        if isinstance(parent, CommentedMap):
+            _delete_key(parent, key)
+        else:
+            del parent[key]
         return True
 
     def to_plain(self, *, str_keys: bool = False) -> tuple[Any, LineMap]:

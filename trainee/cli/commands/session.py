@@ -34,10 +34,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if value is not None:
             params[key] = value
     result = daemon_client.call("loop_start", params)
-    if args.detach or args.json:
-        print_json(result)
+    if args.detach:
+        print_json(result) if args.json else sys.stdout.write(f"{result['session']}\n")
         return 0
-    return watch_session(str(result["session"]), args)
+    from trainee.cli.live import watch_session
+
+    return watch_session(str(result["session"]), root, json_mode=args.json)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -48,43 +50,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    return watch_session(args.session, args)
+    from trainee.cli.live import watch_session
 
-
-def render_event(event: dict[str, Any]) -> str:
-    """One line for a person; ``output`` events print the training output as is."""
-    kind = event.get("kind", "?")
-    data = event.get("data") or {}
-    if kind == "output":
-        return str(data.get("text", "")).rstrip("\n")
-    stamp = time.strftime("%H:%M:%S", time.localtime(float(event.get("ts", 0))))
-    details = " ".join(f"{k}={v}" for k, v in data.items())
-    return f"[{stamp}] {kind} {details}".rstrip()
-
-
-def watch_session(session: str, args: argparse.Namespace) -> int:
-    """Render a session's events live until it finishes; Ctrl-C detaches."""
-    client = daemon_client.ensure_daemon(timeout=None)
-    with client:
-        client.call("events_watch", {"session": session, "since": 0})
-        try:
-            while True:
-                note = client.next_notification(timeout=None)
-                if note is None or note.get("method") != "events":
-                    continue
-                for event in note["params"].get("events", []):
-                    if args.json:
-                        print_json(event)
-                    else:
-                        sys.stdout.write(render_event(event) + "\n")
-                    if event.get("kind") == "session.finished":
-                        return 0
-                sys.stdout.flush()
-        except KeyboardInterrupt:
-            sys.stderr.write(
-                f"\ndetached from {session}; it keeps running (trainee attach {session})\n"
-            )
-            return 0
+    return watch_session(args.session, None, json_mode=args.json)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
