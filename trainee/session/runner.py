@@ -45,6 +45,7 @@ from trainee.research.state import (
 from trainee.session.bus import EventBus
 from trainee.session.policy import Policy, Proposal, full_params
 from trainee.spec import ProjectSpec, SecurityMode, load_project
+from trainee.spec.wire import Event
 from trainee.store.db import Store
 from trainee.store.export import write_ledgers, write_report, write_research_state
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord
@@ -55,6 +56,7 @@ FINISHED = {"completed", "completed_without_metrics", "failed", "timed_out", "st
 OUTPUT_LINES_PER_EVENT = 200
 FAILURE_TAIL_LINES = 50
 OFFSET_SAVE_INTERVAL = 1.0
+EVENT_FLUSH_INTERVAL = 0.25
 
 
 @dataclass
@@ -105,16 +107,42 @@ class SessionRunner:
         self.session_layout: SessionLayout = layout.session(record.index)
         self.spec: ProjectSpec | None = None
         self.state: ResearchState | None = None
+        self._unsaved: list[Event] = []
 
     # -- events ----------------------------------------------------------------
 
     def emit(self, kind: str, data: dict[str, Any] | None = None) -> None:
+        """Publish to live subscribers now; the store gets it with the next flush."""
         payload = {"project": str(self.layout.project_root), **(data or {})}
-        self.bus.publish(kind, payload, session=self.record.id)
+        self._unsaved.append(self.bus.publish(kind, payload, session=self.record.id))
+
+    async def _flush_events(self) -> None:
+        if self._unsaved:
+            batch, self._unsaved = self._unsaved, []
+            try:
+                await self.store.append_events(batch)
+            except TraineeError:
+                log.exception("%s: %d events could not be stored", self.record.id, len(batch))
+
+    async def _flush_events_forever(self) -> None:
+        while True:
+            await anyio.sleep(EVENT_FLUSH_INTERVAL)
+            await self._flush_events()
 
     # -- main ------------------------------------------------------------------
 
     async def run(self) -> SessionRecord:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._flush_events_forever)
+            try:
+                record = await self._run_to_end()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._flush_events()
+                tg.cancel_scope.cancel()
+        return record
+
+    async def _run_to_end(self) -> SessionRecord:
         try:
             stop_reason, error = await self._run()
         except InvalidDecision as exc:
