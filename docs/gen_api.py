@@ -48,20 +48,17 @@ def render() -> str:
         "Every method is reachable the same way over JSON-RPC 2.0 on the Unix socket",
         "(newline-delimited frames), `POST /rpc`, `POST /api/tools/{name}` and",
         "`trainee call NAME --input JSON`; `trainee tools` prints the OpenAI-style",
-        "function schemas. Methods marked *not available yet* answer with error 1005.",
+        "function schemas.",
         "",
         "| method | summary |",
         "|---|---|",
     ]
     for method in registry:
-        flag = "" if method.available else " *(not available yet)*"
-        lines.append(f"| [`{method.name}`](#{method.name}) | {method.summary}{flag} |")
+        lines.append(f"| [`{method.name}`](#{method.name}) | {method.summary} |")
     for method in registry:
         lines += ["", f"## {method.name}", "", method.summary]
         if method.description:
             lines += ["", method.description]
-        if not method.available:
-            lines += ["", "*Not available yet in this version.*"]
         schema = method.params_schema()
         props: dict[str, Any] = schema.get("properties", {})
         required = set(schema.get("required", []))

@@ -69,12 +69,13 @@ def test_tools_lists_every_spec_tool_with_a_valid_schema(daemon: Daemon) -> None
     assert [e["function"]["name"] for e in one] == ["loop_start"]
 
 
-def test_unavailable_tool_is_a_clear_error_not_a_fake_answer(daemon: Daemon) -> None:
-    result = daemon.cli("call", "loop_get")
-    assert result.returncode == 8
-    assert "loop_get is not available yet" in result.stderr
-    as_json = daemon.cli("call", "loop_get", "--json")
-    assert as_json.json()["error"]["code"] == 1005
+def test_errors_come_back_as_their_class_and_exit_status(daemon: Daemon, tmp_path: Path) -> None:
+    result = daemon.cli("call", "loop_get", "--input", json.dumps({"project_root": str(tmp_path)}))
+    assert result.returncode == 4, result.stderr
+    assert f"no session in {tmp_path}" in result.stderr
+    as_json = daemon.cli("call", "loop_get", "--json", "--input", json.dumps({"project_root": str(tmp_path)}))
+    assert as_json.json()["error"]["code"] == 1002
+    assert as_json.json()["error"]["data"]["type"] == "NotFound"
 
 
 def test_bad_input_to_call_names_the_problem(daemon: Daemon, tmp_path: Path) -> None:

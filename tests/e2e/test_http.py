@@ -42,8 +42,9 @@ def test_tool_api(daemon: Daemon) -> None:
         assert one[0]["function"]["parameters"]["required"] == ["session", "round"]
         hello = http.post("/api/tools/daemon_hello", json={})
         assert hello.status_code == 200 and hello.json()["result"]["name"] == "trainee"
-        pending = http.post("/api/tools/loop_start", json={})
-        assert pending.status_code == 422 and pending.json()["error"]["code"] == 1005
+        unbound = http.post("/api/tools/loop_start", json={})
+        assert unbound.status_code == 400
+        assert "not bound to a project" in unbound.json()["error"]["message"]
         missing = http.post("/api/tools/nope", json={})
         assert missing.status_code == 404
         bad = http.post("/api/tools/logs_tail", json={"session": 3})

@@ -23,6 +23,7 @@ from trainee.session.runner import FINISHED
 from trainee.spec import SecurityMode, load_project
 from trainee.spec import wire as w
 from trainee.store.export import write_ledgers, write_report
+from trainee.store.db import Store
 from trainee.store.records import RoundRecord, SessionRecord
 
 
@@ -30,6 +31,13 @@ def manager_of(ctx: CallContext) -> SessionManager:
     manager = ctx.services.extra.get("manager")
     assert isinstance(manager, SessionManager), "the daemon has no session manager"
     return manager
+
+
+async def existing_store(ctx: CallContext, root: str) -> Store:
+    """The project's store, without creating one: reading never changes a project."""
+    if not ProjectLayout.for_root(root).database.exists():
+        raise NotFound(f"no session in {root} (it has no runtime database)", {"project_root": root})
+    return await manager_of(ctx).store_for(root)
 
 
 def _session_index(session: str) -> int:
@@ -179,7 +187,7 @@ async def loop_get(ctx: CallContext, params: w.SessionParams) -> LoopGetResult:
     log-file change (passive: it never stops anything).
     """
     root, rec = await _resolve_session(ctx, params)
-    store = await manager_of(ctx).store_for(root)
+    store = await existing_store(ctx, root)
     rounds = await store.list_rounds(rec.index)
     now = time.time()
     current = next((r for r in rounds if r.status in ("running", "pending")), None)
@@ -225,7 +233,7 @@ async def runs_list(ctx: CallContext, params: w.RunsListParams) -> RunsListResul
     (1-based over the project's rounds in order); ``session`` narrows the list.
     """
     root = project_root_of(ctx, params.project_root)
-    store = await manager_of(ctx).store_for(root)
+    store = await existing_store(ctx, root)
     sessions = await store.list_sessions()
     rounds: list[dict[str, Any]] = []
     run_id = 0
@@ -253,7 +261,7 @@ class RunsGetResult(msgspec.Struct, kw_only=True):
 async def runs_get(ctx: CallContext, params: w.RunsGetParams) -> RunsGetResult:
     """Return one round by ``run_id`` (see runs_list): record, its decision, log location."""
     root = project_root_of(ctx, params.project_root)
-    store = await manager_of(ctx).store_for(root)
+    store = await existing_store(ctx, root)
     run_id = 0
     for s in await store.list_sessions():
         decisions = None
@@ -288,7 +296,7 @@ class ReportResult(msgspec.Struct, kw_only=True):
 async def session_report(ctx: CallContext, params: w.SessionParams) -> ReportResult:
     """Write a session's report.md and ledgers now (also done at session end) and return them."""
     root, rec = await _resolve_session(ctx, params)
-    store = await manager_of(ctx).store_for(root)
+    store = await existing_store(ctx, root)
     rounds = await store.list_rounds(rec.index)
     decisions = await store.list_decisions(rec.index)
     layout = ProjectLayout.for_root(root).session(rec.index)
@@ -341,7 +349,7 @@ async def prompt_preview(ctx: CallContext, params: w.PromptPreviewParams) -> Pro
     goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
     state = new_state(primary, goal)
     if params.session:
-        store = await manager_of(ctx).store_for(root)
+        store = await existing_store(ctx, root)
         for r in await store.list_rounds(_session_index(params.session)):
             if r.status in FINISHED:
                 from trainee.research.state import RoundSummary

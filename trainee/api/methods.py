@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 
 import trainee
 from trainee.api.context import CallContext
 from trainee.api.registry import Registry
-from trainee.errors import InvalidParams, InvalidState, NotAvailable, NotFound
+from trainee.errors import InvalidParams, InvalidState, NotFound
 from trainee.spec import wire as w
 
 registry = Registry()
@@ -30,8 +29,7 @@ _SESSION_RE = re.compile(r"^session-\d{4,}$")
 async def daemon_hello(ctx: CallContext, params: w.NoParams) -> w.HelloResult:
     """Identify the daemon: version, API version, pid and the methods it can serve.
 
-    Clients call this first; ``capabilities`` lists the methods that work in this
-    version and ``unavailable`` those registered but not yet implemented.
+    Clients call this first; ``capabilities`` lists the methods of this version.
     """
     s = ctx.services
     return w.HelloResult(
@@ -43,8 +41,7 @@ async def daemon_hello(ctx: CallContext, params: w.NoParams) -> w.HelloResult:
         socket=s.socket_path,
         http_url=s.http_url,
         project_root=str(s.project_root) if s.project_root else None,
-        capabilities=[m.name for m in registry if m.available],
-        unavailable=[m.name for m in registry if not m.available],
+        capabilities=registry.names(),
     )
 
 
@@ -223,129 +220,3 @@ async def logs_tail(ctx: CallContext, params: w.LogsTailParams) -> w.LogsTailRes
         size=size,
         overflow=next_offset < size,
     )
-
-
-# -- the spec's tools whose capability lands later -----------------------------
-
-_PENDING: dict[str, tuple[type[msgspec.Struct], str, str]] = {
-    "project_init": (
-        w.ProjectInitParams,
-        "project setup",
-        "Create the .trainee/ files of a project.",
-    ),
-    "project_prepare": (
-        w.ProjectPrepareParams,
-        "project setup",
-        "Validate a project and fill an empty tuning.yaml from discovery.",
-    ),
-    "tunables_discover": (
-        w.TunablesDiscoverParams,
-        "project setup",
-        "Suggest tunable parameters with the reason for each.",
-    ),
-    "project_doctor": (
-        w.DoctorParams,
-        "project setup",
-        "Check that a project is ready to run, with a fix for each problem.",
-    ),
-    "loop_dry_run": (
-        w.DryRunParams,
-        "project setup",
-        "Preflight and the exact baseline command, starting nothing.",
-    ),
-    "project_register": (
-        w.ProjectRegisterParams,
-        "project setup",
-        "Write normalized project.yaml and tuning.yaml for a project.",
-    ),
-    "project_get": (
-        w.ProjectRootParams,
-        "project setup",
-        "Return a project's compiled configuration.",
-    ),
-    "project_update_context": (
-        w.ProjectUpdateContextParams,
-        "project setup",
-        "Edit a project's .trainee/context.md.",
-    ),
-    "runtime_provider_get": (
-        w.NoParams,
-        "the research loop",
-        "Return the LLM provider settings (keys masked) and active environment overrides.",
-    ),
-    "runtime_provider_update": (
-        w.ProviderUpdateParams,
-        "the research loop",
-        "Change the LLM provider settings saved in ~/.trainee/config.json.",
-    ),
-    "runtime_debug_get": (w.NoParams, "the research loop", "Return whether debug recording is on."),
-    "runtime_debug_update": (
-        w.DebugUpdateParams,
-        "the research loop",
-        "Switch debug recording (full prompts and raw responses) on or off.",
-    ),
-    "runtime_system_prompt_get": (
-        w.NoParams,
-        "the research loop",
-        "Return the global decision system prompt.",
-    ),
-    "runtime_system_prompt_update": (
-        w.SystemPromptUpdateParams,
-        "the research loop",
-        "Replace the global decision system prompt.",
-    ),
-    "prompt_preview": (
-        w.PromptPreviewParams,
-        "the research loop",
-        "Compose the next decision prompt without calling a provider.",
-    ),
-    "prompt_presets_list": (w.NoParams, "the research loop", "List saved prompt presets."),
-    "prompt_presets_save": (w.PromptPresetSaveParams, "the research loop", "Save a prompt preset."),
-    "loop_start": (w.LoopStartParams, "the research loop", "Start a tuning session on a project."),
-    "loop_get": (
-        w.SessionParams,
-        "the research loop",
-        "Return a session's state, its current round and activity.",
-    ),
-    "loop_stop": (
-        w.SessionParams,
-        "the research loop",
-        "Ask a running session to stop after cleaning up its round.",
-    ),
-    "runs_list": (
-        w.RunsListParams,
-        "the research loop",
-        "List rounds with their status, params and metrics.",
-    ),
-    "runs_get": (
-        w.RunsGetParams,
-        "the research loop",
-        "Return one round with its decision, metrics and log location.",
-    ),
-    "session_report": (
-        w.SessionParams,
-        "the research loop",
-        "Write and return a session's report and ledgers.",
-    ),
-}
-
-
-def _register_pending(
-    name: str, params_type: type[msgspec.Struct], lands_with: str, summary: str
-) -> None:
-    async def handler(ctx: CallContext, params: Any) -> Any:
-        raise NotAvailable(
-            f"{name} is not available yet in trainee {trainee.__version__}: it lands with {lands_with}",
-            {"method": name, "lands_with": lands_with},
-        )
-
-    handler.__name__ = name
-    handler.__doc__ = f"{summary}\n\nNot available yet: lands with {lands_with}."
-    registry.method(params_type, Any, name=name, available=False)(handler)
-
-
-def register_pending() -> None:
-    """Register the spec's tools that have no implementation yet (idempotent)."""
-    for name, (params_type, lands_with, summary) in _PENDING.items():
-        if name not in registry:
-            _register_pending(name, params_type, lands_with, summary)

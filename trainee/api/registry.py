@@ -33,7 +33,6 @@ class Method(Generic[P]):
     result_type: Any
     summary: str
     description: str
-    available: bool = True
 
     def decode_params(self, raw: Any) -> Any:
         """Convert JSON-RPC params (object, array or absent) into ``params_type``."""
@@ -73,8 +72,7 @@ class Method(Generic[P]):
             "type": "function",
             "function": {
                 "name": self.name,
-                "description": self.summary
-                + ("" if self.available else " (not available yet in this version)"),
+                "description": self.summary,
                 "parameters": self.params_schema(),
             },
         }
@@ -92,7 +90,6 @@ class Registry:
         result: Any,
         *,
         name: str | None = None,
-        available: bool = True,
     ) -> Callable[[F], F]:
         """Register ``handler(ctx, params)``; its docstring is the method's documentation."""
 
@@ -111,7 +108,6 @@ class Registry:
                 result_type=result,
                 summary=" ".join(summary.split()),
                 description=rest.strip(),
-                available=available,
             )
             return handler
 

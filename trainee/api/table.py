@@ -1,10 +1,8 @@
-"""The assembled registry: import every module that registers methods, then the pending ones."""
+"""The assembled registry: importing this module registers every method."""
 
 from __future__ import annotations
 
 from trainee.api import loop_methods, project_methods, runtime_methods
-from trainee.api.methods import register_pending, registry
-
-register_pending()
+from trainee.api.methods import registry
 
 __all__ = ["loop_methods", "project_methods", "registry", "runtime_methods"]

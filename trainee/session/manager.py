@@ -23,7 +23,7 @@ from trainee import paths
 from trainee.errors import InvalidParams, InvalidState, NotFound
 from trainee.launch.layout import ProjectLayout, parse_session_id
 from trainee.llm.settings import LlmSettings, load_settings
-from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts
+from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, journal_section
 from trainee.session.bus import EventBus
 from trainee.session.llm_policy import LlmPolicy
 from trainee.session.policy import POLICIES, Policy, RandomPolicy
@@ -140,16 +140,33 @@ class SessionManager:
 
     # -- sessions ------------------------------------------------------------------------
 
-    def _policy_factory(self, spec: ProjectSpec, record: SessionRecord, history: int) -> Policy:
+    async def _policy_factory(self, spec: ProjectSpec, record: SessionRecord, history: int) -> Policy:
         if record.policy == "random":
             return RandomPolicy(seed=_seed(record), history=history)
         if record.policy == "llm":
             settings = load_settings(record.env)
-            return LlmPolicy(settings, prompt_parts(spec, settings))
+            journal = await self.journal(spec.project_root)
+            return LlmPolicy(settings, prompt_parts(spec, settings, journal))
         raise InvalidParams(
             f"decision policy {record.policy!r} is not available in this version",
             {"field": "policy", "reason": "not available"},
         )
+
+    async def journal(self, root: str) -> str:
+        """Experiment memory: past sessions' best params and rejected changes, bounded.
+
+        Also written to .trainee/journal.md for people to read.
+        """
+        store = await self.store_for(root)
+        entries = await store.journal()
+        text = journal_section(entries)
+        if entries:
+            path = Path(root) / ".trainee" / "journal.md"
+            with contextlib.suppress(OSError):
+                tmp = path.with_suffix(".md.tmp")
+                tmp.write_text("# Experiment journal\n\n" + text + "\n")
+                os.replace(tmp, path)
+        return text
 
     def _spawn(self, store: Store, record: SessionRecord) -> Running:
         assert self._tg is not None, "the manager is not running"

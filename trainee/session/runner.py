@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,7 +95,7 @@ class SessionRunner:
         layout: ProjectLayout,
         record: SessionRecord,
         bus: EventBus,
-        policy_factory: Callable[[ProjectSpec, SessionRecord, int], Policy],
+        policy_factory: Callable[[ProjectSpec, SessionRecord, int], Awaitable[Policy]],
         control: SessionControl,
     ) -> None:
         self.store = store
@@ -171,7 +171,7 @@ class SessionRunner:
             await anyio.to_thread.run_sync(check_bwrap)
         rounds = await self.store.list_rounds(self.record.index)
         self.state = self._rebuild_state(spec, rounds)
-        policy = self.policy_factory(spec, self.record, len([r for r in rounds if r.index > 1]))
+        policy = await self.policy_factory(spec, self.record, len([r for r in rounds if r.index > 1]))
         for r in rounds:
             if r.status in FINISHED and r.index > 1:
                 policy.observe(r.params, r.primary_metric, r.status)

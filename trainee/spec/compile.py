@@ -23,9 +23,11 @@ from trainee.errors import ConfigError
 from trainee.spec.files import (
     AdvancedSpec,
     DataSpec,
+    DecisionSpec,
     FieldPath,
     LaunchSpec,
     LineMap,
+    LlmBudgetSpec,
     MetricSource,
     MetricsSpec,
     OutputSpec,
@@ -137,6 +139,8 @@ class ProjectSpec(msgspec.Struct, frozen=True, kw_only=True):
     output: OutputSpec
     metrics: MetricsSpec
     advanced: AdvancedSpec
+    llm: LlmBudgetSpec
+    decision: DecisionSpec
     tunables: tuple[TunableSpec, ...]
 
     @property
@@ -160,6 +164,8 @@ class ProjectSpec(msgspec.Struct, frozen=True, kw_only=True):
             output=self.output,
             metrics=self.metrics,
             advanced=self.advanced,
+            llm=self.llm,
+            decision=self.decision,
         )
 
     def to_tuning_file(self) -> TuningFileSpec:
@@ -300,6 +306,8 @@ class _Compiler:
             output=p.output,
             metrics=p.metrics,
             advanced=p.advanced,
+            llm=p.llm,
+            decision=p.decision,
             tunables=tunables,
         )
 

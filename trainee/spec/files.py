@@ -143,9 +143,30 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``max_session_minutes``: a wall-time budget for the whole session (checked
+    before each decision; a running round is never cut short by it)."""
+
     max_rounds: Annotated[int, Meta(ge=1)] = 3
     timeout_minutes: Annotated[float, Meta(gt=0)] = 60.0
     fixed_args: tuple[ArgSpec, ...] = ()
+    max_session_minutes: Annotated[float, Meta(gt=0)] | None = None
+
+
+class LlmBudgetSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Budgets of the decision maker, checked before each decision: total tokens and
+    US dollars (litellm's usage and price table, or ``prices`` in config.json)."""
+
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    max_usd: Annotated[float, Meta(gt=0)] | None = None
+
+
+class DecisionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Who proposes the next parameter set: ``llm`` (default), ``tpe``, ``random`` or
+    ``hybrid`` (the LLM choosing among the optimizer's suggestions); ``seed`` makes
+    the optimizers reproducible."""
+
+    policy: Literal["llm", "tpe", "random", "hybrid"] = "llm"
+    seed: Annotated[int, Meta(ge=0)] = 0
 
 
 class OutputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -188,6 +209,8 @@ class AdvancedSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     wandb_enabled: bool = False
     tuning_prompt: str = ""
     shell_command: NonEmptyStr | None = None
+    network: bool = True
+    stop_grace_sec: Annotated[float, Meta(ge=0)] = 30.0
 
 
 class ProjectFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -200,6 +223,8 @@ class ProjectFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     output: OutputSpec = msgspec.field(default_factory=OutputSpec)
     metrics: MetricsSpec = msgspec.field(default_factory=MetricsSpec)
     advanced: AdvancedSpec = msgspec.field(default_factory=AdvancedSpec)
+    llm: LlmBudgetSpec = msgspec.field(default_factory=LlmBudgetSpec)
+    decision: DecisionSpec = msgspec.field(default_factory=DecisionSpec)
 
 
 # -- tuning.yaml -----------------------------------------------------------------

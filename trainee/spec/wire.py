@@ -54,7 +54,6 @@ class HelloResult(Wire):
     http_url: str | None
     project_root: str | None
     capabilities: list[str]
-    unavailable: list[str]
 
 
 class ToolsListParams(Wire):

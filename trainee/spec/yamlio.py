@@ -46,6 +46,7 @@ __all__ = [
     "MAX_CONFIG_BYTES",
     "MAX_SPEC_BYTES",
     "YamlDocument",
+    "atomic_write",
     "load_spec_data",
     "read_config_value",
     "save_project_files",
