@@ -88,7 +88,9 @@ def main() -> int:
             proc.wait(30)
         proc, _ = _start(env)
         try:
-            status = _median_run([sys.executable, "-m", "trainee", "status"], env)
+            script = Path(sys.executable).with_name("trainee")
+            cli = [str(script)] if script.exists() else [sys.executable, "-m", "trainee"]
+            status = _median_run([*cli, "status"], env)
             with RpcClient(runtime / "trainee.sock", timeout=30) as client:
                 client.call("daemon_hello")
                 n = 5000

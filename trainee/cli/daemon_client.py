@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import select
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,6 +39,9 @@ def spawn_daemon(extra_args: list[str] | None = None) -> str:
     Returns the line the daemon wrote: ``READY <url>`` or ``ALREADY ...`` when
     another daemon won the race (which is fine: it serves the same socket).
     """
+    import select
+    import subprocess
+
     sock = paths.socket_path()
     folder = sock.parent
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
