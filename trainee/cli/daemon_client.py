@@ -91,7 +91,10 @@ def spawn_daemon(extra_args: list[str] | None = None) -> str:
     finally:
         os.close(read_fd)
     text = line.decode(errors="replace").strip()
-    if text.startswith(("READY", "ALREADY")):
+    if text.startswith("READY"):
+        return text
+    if text.startswith("ALREADY"):
+        _wait_until_serving(deadline)
         return text
     code = proc.poll()
     raise errors.DaemonNotRunning(
@@ -99,6 +102,20 @@ def spawn_daemon(extra_args: list[str] | None = None) -> str:
         f"{text or 'no readiness line'}\nlast lines of {log}:\n{_tail(log, 8)}",
         {"reason": "start_failed", "log": str(log)},
     )
+
+
+def _wait_until_serving(deadline: float) -> None:
+    """Another daemon won the start race and holds the lock: wait until it answers."""
+    delay = 0.01
+    while True:
+        try:
+            connect(5.0).close()
+            return
+        except errors.DaemonNotRunning:
+            if time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 def ensure_daemon(timeout: float | None = 60.0) -> RpcClient:

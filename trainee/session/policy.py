@@ -38,6 +38,11 @@ class Proposal:
     cost_usd: float | None = None
     latency_sec: float = 0.0
     notes: list[str] = field(default_factory=list)
+    source: str = ""
+    """hybrid only: whose point this is: ``S2`` (the optimizer's 2nd suggestion, as is),
+    ``S2 modified``, ``own`` (the LLM rejected the suggestions) or ``stop``."""
+    suggestions: list[dict[str, Any]] = field(default_factory=list)
+    """hybrid only: the optimizer's suggestions shown to the LLM, in order (S1, S2, ...)."""
 
 
 class Policy(Protocol):
@@ -55,6 +60,12 @@ def round_sig(value: float, digits: int = 4) -> float:
     if value == 0 or not math.isfinite(value):
         return value
     return float(f"{value:.{digits - 1}e}")
+
+
+def seeded_rng(seed: int, *parts: object) -> random.Random:
+    """A generator determined by ``seed`` and ``parts`` alone (e.g. the round count), so a
+    decision depends only on the seed and the history, never on earlier draws."""
+    return random.Random(":".join(str(p) for p in (seed, *parts)))
 
 
 def sample_point(tunables: Sequence[TunableSpec], rng: random.Random) -> dict[str, Any]:
@@ -81,24 +92,25 @@ def sample_point(tunables: Sequence[TunableSpec], rng: random.Random) -> dict[st
 
 
 class RandomPolicy:
-    """Seeded random search over the whitelist: the classical baseline to compare against."""
+    """Seeded random search over the whitelist: the classical baseline to compare against.
+
+    Each decision draws from a generator seeded with the seed and the number of rounds so
+    far, so a resumed session continues exactly where an uninterrupted one would be.
+    """
 
     name = "random"
 
-    def __init__(self, seed: int = 0, *, history: int = 0) -> None:
-        self._rng = random.Random(seed)
-        # A resumed session replays the draws it already made, so it continues the
-        # same sequence instead of restarting it.
-        for _ in range(history):
-            self._rng.random()
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
 
     async def propose(
         self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
     ) -> Proposal:
+        rng = seeded_rng(self.seed, "random", len(state.rounds))
         tried = [r.params for r in state.rounds]
         rejected = [r["params"] for r in state.rejected]
         for _ in range(200):
-            params = sample_point(tunables, self._rng)
+            params = sample_point(tunables, rng)
             plan = DecisionPlan(
                 hypothesis="random search suggestion",
                 change_summary="a point drawn uniformly (log-uniform for log-scale params)",

@@ -1,0 +1,610 @@
+"""The research loop end to end: the real CLI, a real daemon, real rounds, a scripted LLM.
+
+Each test copies an example project to tmp_path, starts a session with
+``trainee run`` against a private daemon, lets FakeLLM (an in-process OpenAI-style
+server on 127.0.0.1) answer the decisions, and checks what the session left
+behind: the store (through ``loop_get``/``runs_get``), the ledgers, the report,
+the per-round config or command line, and that no training process is left.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import select
+import shutil
+import signal
+import sqlite3
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # type: ignore[import-untyped]
+
+from tests.conftest import REPO, CliResult, Daemon, run_cli
+from tests.fakes.llm_server import FakeLLM
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = REPO / "examples"
+SESSION = "session-0001"
+FAKE_KEY = "sk-loop-test-key-0000"
+VENDOR_PREFIXES = ("OPENAI_", "ANTHROPIC_", "MOONSHOT_", "LLM_PROVIDER")
+OK = {"content": "OK"}
+"""The reply to the live test ``loop_start`` makes before a session starts."""
+
+
+# -- helpers shared by the e2e loop tests ----------------------------------------------
+
+
+def copy_example(name: str, dest: Path) -> Path:
+    """A fresh copy of ``examples/<name>`` (without runtime state) at ``dest/<name>``."""
+    target = dest / name
+    shutil.copytree(
+        EXAMPLES / name,
+        target,
+        ignore=shutil.ignore_patterns(
+            "runtime.sqlite3*", "artifacts", "runs", "logs", "cache", "outputs", "__pycache__"
+        ),
+    )
+    return target
+
+
+def llm_env(base: dict[str, str], fake: FakeLLM, **extra: str) -> dict[str, str]:
+    """``base`` plus an openai_compatible provider pointing at ``fake``.
+
+    Vendor variables of the host are dropped (they would add failover candidates);
+    the venv's bin folder comes first on PATH so ``python`` has numpy and yaml.
+    """
+    env = {k: v for k, v in base.items() if not k.startswith(VENDOR_PREFIXES)}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["TRAINEE_LLM_PROVIDER"] = "openai_compatible"
+    env["TRAINEE_LLM_BASE_URL"] = fake.openai_base_url
+    env["TRAINEE_LLM_MODEL"] = "fake-model"
+    env["TRAINEE_LLM_API_KEY"] = FAKE_KEY
+    env.update(extra)
+    return env
+
+
+def plan(
+    params: dict[str, Any], hypothesis: str = "", *, expected: str = "val_loss decreases"
+) -> dict[str, Any]:
+    """A FakeLLM item answering with a valid-looking decision plan."""
+    body = {
+        "hypothesis": hypothesis or f"try {params}",
+        "change_summary": "change " + ", ".join(params),
+        "params": params,
+        "expected": expected,
+        "stop": False,
+        "stop_reason": "",
+    }
+    return {"content": json.dumps(body)}
+
+
+def start(project: Path, env: dict[str, str], *args: str) -> CliResult:
+    """``trainee run <project> --policy llm --detach ...``; asserts it started."""
+    result = run_cli("run", str(project), "--policy", "llm", "--detach", *args, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == SESSION
+    return result
+
+
+def call(env: dict[str, str], method: str, params: dict[str, Any]) -> Any:
+    result = run_cli("call", method, "--input", json.dumps(params), env=env)
+    assert result.returncode == 0, f"{method}: {result.stderr}"
+    return result.json()
+
+
+def loop_get(env: dict[str, str], project: Path, session: str = SESSION) -> dict[str, Any]:
+    state: dict[str, Any] = call(
+        env, "loop_get", {"project_root": str(project), "session": session}
+    )
+    return state
+
+
+def _pause(seconds: float) -> None:
+    select.select([], [], [], seconds)
+
+
+def wait_until(
+    env: dict[str, str],
+    project: Path,
+    done: Any,
+    *,
+    timeout: float = 60.0,
+    what: str = "the condition",
+) -> dict[str, Any]:
+    """Poll ``loop_get`` until ``done(state)`` holds; fail with the last state after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    state = loop_get(env, project)
+    while not done(state):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}: {json.dumps(state, indent=1)[-3000:]}")
+        _pause(0.1)
+        state = loop_get(env, project)
+    return state
+
+
+def wait_finished(env: dict[str, str], project: Path, timeout: float = 60.0) -> dict[str, Any]:
+    """The session's final state, once it is no longer running."""
+    return wait_until(
+        env,
+        project,
+        lambda s: s["session"]["status"] != "running" and not s["running"],
+        timeout=timeout,
+        what="the session to finish",
+    )
+
+
+def training_processes(project: Path) -> list[tuple[int, str]]:
+    """Processes whose command line names ``project`` or whose cwd lies inside it."""
+    root = str(project.resolve())
+    found: list[tuple[int, str]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue
+        if stat[stat.rfind(b")") + 2 :].split()[0] in (b"Z", b"X"):
+            continue  # a zombie runs nothing
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            cwd = ""
+        if root in cmdline or cwd == root or cwd.startswith(root + "/"):
+            found.append((int(entry.name), cmdline.strip()))
+    return found
+
+
+def assert_no_training_left(project: Path, timeout: float = 10.0) -> None:
+    """No process of the project's rounds runs (allowing a moment for exits in flight)."""
+    deadline = time.monotonic() + timeout
+    left = training_processes(project)
+    while left and time.monotonic() < deadline:
+        _pause(0.1)
+        left = training_processes(project)
+    for pid, _ in left:  # do not leak them into the next test
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"training processes left running: {left}"
+
+
+@pytest.fixture
+def projects(tmp_path: Path) -> Iterator[list[Path]]:
+    """Register project folders here; at teardown none may have a process left running."""
+    roots: list[Path] = []
+    yield roots
+    for root in roots:
+        assert_no_training_left(root)
+
+
+def artifacts(project: Path, session: str = SESSION) -> Path:
+    return project / ".trainee" / "artifacts" / session
+
+
+def read_ledgers(project: Path) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+    folder = artifacts(project)
+    rows_csv = list(csv.DictReader(io.StringIO((folder / "result_ledger.csv").read_text())))
+    rows_jsonl = [
+        json.loads(line) for line in (folder / "result_ledger.jsonl").read_text().splitlines()
+    ]
+    return rows_csv, rows_jsonl
+
+
+def check_outputs(project: Path, state: dict[str, Any]) -> None:
+    """Every output exists and agrees with the store: one ledger row per round, same values."""
+    folder = artifacts(project)
+    for name in ("report.md", "result_ledger.csv", "result_ledger.jsonl", "research_state.json"):
+        assert (folder / name).is_file(), f"missing {folder / name}"
+    database = project / ".trainee" / "runtime.sqlite3"
+    assert database.is_file()
+    rounds = state["rounds"]
+    indices = [r["index"] for r in rounds]
+    assert indices == list(range(1, len(rounds) + 1))
+
+    rows_csv, rows_jsonl = read_ledgers(project)
+    assert [int(r["round"]) for r in rows_csv] == indices
+    assert [r["index"] for r in rows_jsonl] == indices
+    for rec, row_csv, row_json in zip(rounds, rows_csv, rows_jsonl, strict=True):
+        assert row_json["session_id"] == SESSION
+        assert row_json["status"] == rec["status"] == row_csv["status"]
+        assert row_json["params"] == rec["params"]
+        assert row_json["primary_metric"] == rec["primary_metric"]
+        assert row_csv["verdict"] == (rec["verdict"] or "")
+        if rec["primary_metric"] is None:
+            assert row_csv["primary_metric"] == ""
+        else:
+            assert float(row_csv["primary_metric"]) == pytest.approx(rec["primary_metric"])
+        for name, value in rec["params"].items():
+            assert row_csv[f"param.{name}"] == (repr(value) if isinstance(value, float) else str(value))
+
+    research = json.loads((folder / "research_state.json").read_text())
+    finished = [r for r in rounds if r["status"] != "running"]
+    assert [r["index"] for r in research["rounds"]] == [r["index"] for r in finished]
+    session = state["session"]
+    if session["best_round"] is not None:
+        assert research["best"]["index"] == session["best_round"]
+
+    report = (folder / "report.md").read_text()
+    assert f"# Trainee report — {SESSION}" in report
+    assert f"**Status:** {session['status']}" in report
+    assert f"**Stop reason:** {session['stop_reason']}" in report
+    assert f"**Rounds:** {len(rounds)} of at most {session['max_rounds']}" in report
+
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+        (count,) = db.execute("SELECT count(*) FROM rounds WHERE session = 1").fetchone()
+    assert count == len(rounds)
+
+
+def decisions(env: dict[str, str], project: Path, rounds: Sequence[int]) -> dict[int, Any]:
+    """``runs_get``'s decision for each round of session-0001 (run id = round index)."""
+    out = {}
+    for index in rounds:
+        got = call(env, "runs_get", {"project_root": str(project), "run_id": index})
+        assert got["round"]["index"] == index
+        out[index] = got["decision"]
+    return out
+
+
+def user_text(request: dict[str, Any]) -> str:
+    return "\n".join(str(m.get("content", "")) for m in request["messages"] or [])
+
+
+# -- four rounds on each example ----------------------------------------------------------
+
+
+MLP_PLANS = [
+    ({"lr": 0.01}, "a larger step fits more in 200 epochs"),
+    ({"lr": 0.01, "weight_decay": 0.003}, "more decay curbs the overfitting at lr 0.01"),
+    ({"lr": 0.01, "weight_decay": 0.003, "batch_size": 32}, "bigger batches smooth the steps"),
+]
+
+
+def test_four_rounds_mlp_flags_guarded_with_the_live_view(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    script = [OK, *(plan(p, h) for p, h in MLP_PLANS)]
+    with FakeLLM(script) as fake:
+        env = llm_env(daemon.env, fake)
+        live = run_cli(
+            "run", str(project), "--policy", "llm", "--guarded", "--max-rounds", "4",
+            env=env, timeout=120,
+        )  # fmt: skip
+        assert live.returncode == 0, live.stdout + live.stderr
+        state = loop_get(env, project)
+        requests = fake.requests
+    session = state["session"]
+    assert session["status"] == "finished" and session["stop_reason"] == "max_rounds"
+    assert session["security_mode"] == "guarded" and session["policy"] == "llm"
+    rounds = state["rounds"]
+    assert [r["status"] for r in rounds] == ["completed"] * 4
+    check_outputs(project, state)
+
+    # the decided params are what ran: in the store and on the recorded command line
+    baseline = {"lr": 0.001, "weight_decay": 1e-05, "batch_size": 16}
+    assert rounds[0]["params"] == baseline and rounds[0]["verdict"] == "baseline"
+    for rec, (changes, hypothesis) in zip(rounds[1:], MLP_PLANS, strict=True):
+        assert rec["params"] == {**baseline, **changes}
+        assert rec["hypothesis"] == hypothesis
+        command = rec["command"]
+        assert f"--lr {rec['params']['lr']}" in command
+        assert f"--weight-decay {rec['params']['weight_decay']}" in command
+        assert f"--batch-size {rec['params']['batch_size']}" in command
+        assert "--epochs 200" in command  # fixed args stay
+        assert rec["primary_metric"] is not None
+    assert rounds[1]["diff"] == {"lr": {"from": 0.001, "to": 0.01}}
+    # the metric read from stdout is the one in the round's log
+    log = (artifacts(project) / "round-0002.log").read_text()
+    assert f"final val_loss={rounds[1]['primary_metric']}" in log
+
+    # one live test, then one request per decision, each seeing the rounds before it
+    assert len(requests) == 4
+    assert user_text(requests[1]).count("a larger step") == 0
+    assert "a larger step fits more" in user_text(requests[2])
+    assert "more decay curbs" in user_text(requests[3])
+    recorded = decisions(env, project, [1, 2, 3, 4])
+    assert recorded[1] is None  # the baseline is not decided
+    for index in (2, 3, 4):
+        d = recorded[index]
+        assert d["accepted"] and not d["repaired"] and d["provider"] == "openai_compatible"
+        assert d["plan"]["params"] == MLP_PLANS[index - 2][0]
+        assert d["prompt_tokens"] > 0 and d["completion_tokens"] > 0
+    assert session["tokens"] == sum(
+        d["prompt_tokens"] + d["completion_tokens"] for d in recorded.values() if d
+    )
+
+    # what the person watching saw
+    out = live.stdout
+    for index in (1, 2, 3, 4):
+        assert f"round {index}" in out
+    assert "hypothesis: a larger step fits more in 200 epochs" in out
+    assert "lr 0.001 → 0.01" in out
+    assert f"report: {artifacts(project) / 'report.md'}" in out
+    assert_no_training_left(project)
+
+
+YAML_PLANS = [
+    ({"lr": 0.01}, "a smaller step avoids the noise of lr 0.1"),
+    ({"lr": 0.01, "l2_weight": 0.001}, "a little more L2 smooths the fit"),
+    ({"lr": 0.03, "momentum": 0.5}, "less momentum with a larger step"),
+]
+
+
+def test_four_rounds_yaml_config_writes_the_decided_params_into_each_round_config(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("yaml-config", tmp_path)
+    projects.append(project)
+    base_config = (project / "configs" / "base.yaml").read_text()
+    with FakeLLM([OK, *(plan(p, h) for p, h in YAML_PLANS)]) as fake:
+        env = llm_env(daemon.env, fake)
+        start(project, env, "--unsafe", "--max-rounds", "4")
+        state = wait_finished(env, project)
+    session = state["session"]
+    assert session["status"] == "finished" and session["stop_reason"] == "max_rounds"
+    rounds = state["rounds"]
+    assert [r["status"] for r in rounds] == ["completed"] * 4
+    check_outputs(project, state)
+
+    baseline = {"lr": 0.1, "momentum": 0.9, "l2_weight": 0.0001}
+    assert rounds[0]["params"] == baseline
+    runs = project / ".trainee" / "runs" / SESSION
+    for rec in rounds:
+        path = runs / f"round-{rec['index']:04d}" / "config.yaml"
+        assert rec["config_path"] == str(path)
+        assert str(path) in rec["command"]
+        config = yaml.safe_load(path.read_text())
+        assert config["optimizer"]["lr"] == rec["params"]["lr"]
+        assert config["optimizer"]["momentum"] == rec["params"]["momentum"]
+        assert config["loss"]["weights"]["l2"] == rec["params"]["l2_weight"]
+        # the output folder is the round's own, and the metrics came from there
+        outputs = path.parent / "outputs"
+        assert config["output"]["root"] == str(outputs)
+        last = json.loads((outputs / "metrics.jsonl").read_text().splitlines()[-1])
+        assert rec["primary_metric"] == pytest.approx(last["val_loss"])
+    for rec, (changes, _) in zip(rounds[1:], YAML_PLANS, strict=True):
+        assert rec["params"] == {**baseline, **changes}
+    # the user's baseline config is untouched
+    assert (project / "configs" / "base.yaml").read_text() == base_config
+    assert_no_training_left(project)
+
+
+# -- decisions that need repair ------------------------------------------------------------
+
+
+def test_invalid_json_then_a_valid_repair_runs_the_repaired_plan(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    garbage = {"content": "Sure! Here is my plan: {hypothesis: lr up, params: {lr: 0.01"}
+    with FakeLLM([OK, garbage, plan({"lr": 0.01}, "repaired plan")]) as fake:
+        env = llm_env(daemon.env, fake)
+        start(project, env, "--unsafe", "--max-rounds", "2")
+        state = wait_finished(env, project)
+        requests = fake.requests
+    assert state["session"]["status"] == "finished", state["session"]
+    assert state["session"]["stop_reason"] == "max_rounds"
+    rounds = state["rounds"]
+    assert len(rounds) == 2 and rounds[1]["params"]["lr"] == 0.01
+    assert rounds[1]["hypothesis"] == "repaired plan"
+    # the repair request carried the bad answer and the reason
+    assert len(requests) == 3
+    repair = requests[2]["messages"]
+    assert repair[-2] == {"role": "assistant", "content": garbage["content"]}
+    assert "Your plan was not accepted" in repair[-1]["content"]
+    assert "response:" in repair[-1]["content"]
+    d = decisions(env, project, [2])[2]
+    assert d["accepted"] and d["repaired"]
+    check_outputs(project, state)
+    assert_no_training_left(project)
+
+
+def test_out_of_bounds_and_unknown_params_are_never_applied(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    """Round 2: bad, then repaired. Round 3: bad twice -> invalid_decision, no round 3."""
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    script = [
+        OK,
+        plan({"lr": 5.0, "momentum": 0.9}),  # lr above its max 0.3; momentum is not tunable
+        plan({"lr": 0.01}, "fixed plan"),
+        plan({"batch_size": 1000}),  # above its max 100
+        plan({"dropout": 0.5}),  # unknown
+    ]
+    with FakeLLM(script) as fake:
+        env = llm_env(daemon.env, fake)
+        live = run_cli(
+            "run", str(project), "--policy", "llm", "--unsafe", "--max-rounds", "4",
+            env=env, timeout=120,
+        )  # fmt: skip
+        requests = fake.requests
+        state = loop_get(env, project)
+    assert live.returncode == 1, live.stdout + live.stderr
+    session = state["session"]
+    assert session["status"] == "failed"
+    assert session["stop_reason"] == "invalid_decision"
+    assert "params.dropout" in session["error"]
+    rounds = state["rounds"]
+    assert [r["index"] for r in rounds] == [1, 2], "no round may start after a second bad answer"
+    assert not (project / ".trainee" / "runs" / SESSION / "round-0003").exists()
+    assert rounds[1]["params"] == {"lr": 0.01, "weight_decay": 1e-05, "batch_size": 16}
+    command = rounds[1]["command"]
+    assert "--lr 0.01 " in command + " " and "--lr 5.0" not in command
+    assert "momentum" not in command
+    for rec in rounds:
+        assert "momentum" not in rec["params"] and "dropout" not in rec["params"]
+        assert rec["params"]["batch_size"] == 16
+
+    assert len(requests) == 5
+    first_repair = requests[2]["messages"][-1]["content"]
+    assert "params.lr: 5.0 is above the maximum 0.3" in first_repair
+    assert "params.momentum: unknown parameter" in first_repair
+    second_repair = requests[4]["messages"][-1]["content"]
+    assert "params.batch_size: 1000 is above the maximum 100" in second_repair
+    assert "params.dropout" not in second_repair  # the model had not said it yet
+
+    assert "invalid_decision" in live.stdout and "params.dropout" in live.stdout
+    check_outputs(project, state)
+    assert_no_training_left(project)
+
+
+def test_a_repeat_of_a_rejected_change_is_refused(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    worse = {"lr": 0.02}  # 0.274 against the baseline's 0.262: rejected
+    script = [OK, plan(worse, "bigger step"), plan(worse, "again"), plan({"lr": 0.005}, "other")]
+    with FakeLLM(script) as fake:
+        env = llm_env(daemon.env, fake)
+        start(project, env, "--unsafe", "--max-rounds", "3")
+        state = wait_finished(env, project)
+        requests = fake.requests
+    rounds = state["rounds"]
+    assert state["session"]["stop_reason"] == "max_rounds", state["session"]
+    assert rounds[1]["params"]["lr"] == 0.02 and rounds[1]["verdict"] == "rejected"
+    assert rounds[2]["params"]["lr"] == 0.005 and rounds[2]["hypothesis"] == "other"
+    assert len(requests) == 4
+    repair = requests[3]["messages"][-1]["content"]
+    assert "already tried and rejected" in repair
+    assert decisions(env, project, [3])[3]["repaired"]
+    check_outputs(project, state)
+    assert_no_training_left(project)
+
+
+# -- providers -------------------------------------------------------------------------------
+
+
+def test_provider_500_fails_over_then_all_failing_stops_the_session(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    error = {"status": 500, "body": {"error": {"message": "upstream exploded"}}}
+    with FakeLLM([OK, error, error]) as primary, FakeLLM(
+        [plan({"lr": 0.01}, "from the second provider"), error]
+    ) as second:
+        env = llm_env(
+            daemon.env,
+            primary,
+            OPENAI_API_KEY="sk-second-provider-key",
+            OPENAI_MODEL="second-model",
+            OPENAI_BASE_URL=second.openai_base_url,
+        )
+        start(project, env, "--unsafe", "--max-rounds", "4")
+        state = wait_finished(env, project)
+        asked_primary, asked_second = len(primary.requests), len(second.requests)
+    session = state["session"]
+    assert session["status"] == "failed"
+    assert session["stop_reason"] == "provider_failed"
+    assert "all providers failed" in session["error"]
+    assert "openai_compatible" in session["error"] and "openai" in session["error"]
+    rounds = state["rounds"]
+    assert [r["index"] for r in rounds] == [1, 2]
+    assert rounds[1]["hypothesis"] == "from the second provider"
+    d = decisions(env, project, [2])[2]
+    assert d["provider"] == "openai" and d["model"] == "second-model"
+    assert (asked_primary, asked_second) == (3, 2)
+    check_outputs(project, state)
+    assert_no_training_left(project)
+
+
+def test_provider_timeout_stops_the_session_with_provider_failed(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    with FakeLLM([OK, {"delay": 5, "content": "late"}]) as fake:
+        env = llm_env(daemon.env, fake, TRAINEE_LLM_TIMEOUT_SEC="1")
+        start(project, env, "--unsafe", "--max-rounds", "3")
+        state = wait_finished(env, project)
+    session = state["session"]
+    assert session["status"] == "failed"
+    assert session["stop_reason"] == "provider_failed"
+    assert "no reply within 1 s" in session["error"]
+    assert [r["index"] for r in state["rounds"]] == [1]
+    check_outputs(project, state)
+    assert_no_training_left(project)
+
+
+# -- stop conditions -------------------------------------------------------------------------
+
+
+def test_max_rounds_from_project_yaml_when_the_cli_gives_none(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    spec_file = project / ".trainee" / "project.yaml"
+    spec_file.write_text(spec_file.read_text().replace("max_rounds: 6", "max_rounds: 2"))
+    with FakeLLM([OK, plan({"lr": 0.01})]) as fake:
+        env = llm_env(daemon.env, fake)
+        start(project, env, "--unsafe")
+        state = wait_finished(env, project)
+        asked = len(fake.requests)
+    assert state["session"]["max_rounds"] == 2
+    assert state["session"]["stop_reason"] == "max_rounds"
+    assert state["session"]["status"] == "finished"
+    assert len(state["rounds"]) == 2 and asked == 2  # no decision asked after the last round
+    check_outputs(project, state)
+    assert_no_training_left(project)
+
+
+def test_no_tunable_params_runs_the_baseline_once_then_stops(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    (project / ".trainee" / "tuning.yaml").write_text("version: 1\nparams: []\n")
+    with FakeLLM([OK]) as fake:
+        env = llm_env(daemon.env, fake)
+        start(project, env, "--unsafe", "--max-rounds", "4")
+        state = wait_finished(env, project)
+        asked = len(fake.requests)
+    session = state["session"]
+    assert session["status"] == "finished"
+    assert session["stop_reason"] == "no_tunable_params"
+    assert [r["status"] for r in state["rounds"]] == ["completed"]
+    assert state["rounds"][0]["params"] == {}
+    assert asked == 1  # the live test only: nothing to decide
+    check_outputs(project, state)
+    assert_no_training_left(project)
+
+
+def test_required_metric_missing_fails_the_session(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    spec_file = project / ".trainee" / "project.yaml"
+    text = spec_file.read_text()
+    assert "'final val_loss=" in text
+    spec_file.write_text(text.replace("'final val_loss=", "'final val_accuracy="))
+    with FakeLLM([OK]) as fake:
+        env = llm_env(daemon.env, fake)
+        start(project, env, "--unsafe", "--max-rounds", "4")
+        state = wait_finished(env, project)
+        asked = len(fake.requests)
+    session = state["session"]
+    assert session["status"] == "failed"
+    assert session["stop_reason"] == "required_metric_missing"
+    rounds = state["rounds"]
+    assert [r["status"] for r in rounds] == ["completed_without_metrics"]
+    assert rounds[0]["returncode"] == 0 and rounds[0]["primary_metric"] is None
+    assert asked == 1
+    check_outputs(project, state)
+    assert_no_training_left(project)

@@ -1,0 +1,452 @@
+"""The ``tpe`` policy: Optuna's TPE sampler, seeded, through its ask/tell interface.
+
+Optuna is an optional extra (``pip install 'trainee[optuna]'``) imported only when a
+decision is made, so the daemon does not pay for it at start.
+
+Every decision rebuilds the study from what is known (the baseline round first, then
+every result the policy was told, in order) with a sampler seeded from the policy's
+seed and the number of known results. A decision is therefore a pure function of the
+seed and the history: a resumed session, told its finished rounds again, proposes
+exactly what an uninterrupted one would. Failed, timed-out and metric-less rounds are
+added as ``PRUNED`` trials without a value: Optuna's TPE ranks those below every
+completed trial, so the optimizer steers away from the region instead of ignoring
+the failure (TPE skips ``FAIL`` trials entirely). Stopped rounds say nothing about
+their parameters and are left out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import math
+import threading
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+
+from trainee.errors import NotAvailable
+from trainee.research.decision import (
+    DecisionPlan,
+    effective_params,
+    params_diff,
+    params_equal,
+    validate_plan,
+    values_equal,
+)
+from trainee.research.prompt import format_diff
+from trainee.research.state import ResearchState, format_metric
+from trainee.session.policy import Proposal, round_sig, sample_point, seeded_rng
+from trainee.spec import ParamType, TunableSpec
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
+
+__all__ = [
+    "DEFAULT_STARTUP_TRIALS",
+    "KnownPoint",
+    "OptimizerView",
+    "Suggestion",
+    "TpePolicy",
+    "search_space",
+]
+
+DEFAULT_STARTUP_TRIALS = 4
+"""Results (the baseline included) drawn at random before TPE models the space.
+Optuna's default of 10 would leave the usual 5-20 round budgets almost all random."""
+
+MAX_ASKS = 60
+"""Asks per decision before the optimizer is considered to repeat itself."""
+
+TOP_TRIALS = 3
+"""How many of the best known results the optimizer's view lists."""
+
+_OPTUNA_LOCK = threading.Lock()
+"""Optuna calls run in worker threads; ``warnings.catch_warnings`` is process-global."""
+
+
+@dataclass(frozen=True)
+class KnownPoint:
+    """One result the optimizer knows: full params, the primary metric, the round status."""
+
+    params: dict[str, Any]
+    metric: float | None
+    status: str
+    round: int | None = None
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One point the optimizer asked for: the searched params (rounded) and its trial."""
+
+    params: dict[str, Any]
+    trial: int
+    startup: bool
+
+
+@dataclass
+class OptimizerView:
+    """What the optimizer knows and believes, for people and for the hybrid prompt."""
+
+    completed: int
+    failed: int
+    startup_trials: int
+    best: list[KnownPoint] = field(default_factory=list)
+    importances: dict[str, float] = field(default_factory=dict)
+    importance_note: str = ""
+
+    @property
+    def in_startup(self) -> bool:
+        return self.completed + self.failed < self.startup_trials
+
+
+def optuna_available() -> bool:
+    return importlib.util.find_spec("optuna") is not None
+
+
+def _optuna() -> Any:
+    """The optuna module, quiet; NotAvailable when the extra is not installed."""
+    try:
+        import optuna
+    except ImportError:
+        raise NotAvailable(
+            "the tpe and hybrid policies need Optuna, an optional extra: "
+            "pip install 'trainee[optuna]'",
+            {"field": "policy", "reason": "optuna is not installed"},
+        ) from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def search_space(tunables: Sequence[TunableSpec]) -> dict[str, BaseDistribution]:
+    """Optuna distributions of the searchable tunables (choices, bools, bounded numbers).
+
+    A number without both bounds is not searched: it keeps its baseline value.
+    """
+    optuna = _optuna()
+    dist = optuna.distributions
+    out: dict[str, BaseDistribution] = {}
+    for t in tunables:
+        if t.choices:
+            out[t.name] = dist.CategoricalDistribution(list(t.choices))
+        elif t.type == ParamType.BOOL:
+            out[t.name] = dist.CategoricalDistribution([False, True])
+        elif t.min_value is None or t.max_value is None:
+            continue
+        elif t.type == ParamType.INT:
+            lo, hi = math.ceil(t.min_value), math.floor(t.max_value)
+            if lo <= hi:
+                out[t.name] = dist.IntDistribution(lo, hi, log=bool(t.log and lo >= 1))
+        elif t.type == ParamType.FLOAT:
+            lo_f, hi_f = float(t.min_value), float(t.max_value)
+            if lo_f <= hi_f:
+                out[t.name] = dist.FloatDistribution(lo_f, hi_f, log=bool(t.log and lo_f > 0))
+    return out
+
+
+def _fit(value: Any, d: BaseDistribution) -> tuple[bool, Any]:
+    """``(True, value as the distribution holds it)`` when ``value`` lies in ``d``."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    if isinstance(d, CategoricalDistribution):
+        for choice in d.choices:
+            if values_equal(value, choice, rel_tol=0.0):
+                return True, choice
+        return False, None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False, None
+    if isinstance(d, IntDistribution):
+        if float(value).is_integer() and d.low <= value <= d.high:
+            return True, int(value)
+        return False, None
+    if isinstance(d, FloatDistribution) and d.low <= value <= d.high:
+        return True, float(value)
+    return False, None
+
+
+def _rounded(params: Mapping[str, Any], space: Mapping[str, BaseDistribution]) -> dict[str, Any]:
+    """Floats to 4 significant digits (inside the bounds): commands and reports stay readable."""
+    from optuna.distributions import FloatDistribution
+
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        d = space[name]
+        if isinstance(d, FloatDistribution) and isinstance(value, float):
+            value = min(d.high, max(d.low, round_sig(value)))
+        out[name] = value
+    return out
+
+
+class TpePolicy:
+    """Seeded TPE over the whitelist. Its plans have the hypothesis ``TPE suggestion``."""
+
+    name = "tpe"
+
+    def __init__(
+        self, seed: int = 0, *, startup_trials: int = DEFAULT_STARTUP_TRIALS, candidates: int = 24
+    ) -> None:
+        if not optuna_available():
+            _optuna()  # raises NotAvailable with the install hint
+        self.seed = seed
+        self.startup_trials = max(1, startup_trials)
+        self.candidates = max(1, candidates)
+        self.told: list[KnownPoint] = []
+
+    # -- the Policy protocol ---------------------------------------------------------
+
+    def observe(self, params: Mapping[str, Any], metric: float | None, status: str) -> None:
+        """Tell the optimizer a finished round's result, whoever chose its params."""
+        self.told.append(KnownPoint(dict(params), metric, status))
+
+    async def propose(
+        self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
+    ) -> Proposal:
+        return await anyio.to_thread.run_sync(self.propose_now, state, tunables, dict(baseline))
+
+    # -- synchronous work (runs in a worker thread) --------------------------------------
+
+    def propose_now(
+        self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
+    ) -> Proposal:
+        """The next plan: TPE's first untried suggestion (a stop plan when there is none)."""
+        suggestions, notes = self.suggest(state, tunables, baseline, 1)
+        known = self.known(state)
+        if not suggestions:
+            plan = DecisionPlan(
+                hypothesis="",
+                change_summary="",
+                params={},
+                expected="",
+                stop=True,
+                stop_reason="the search space looks exhausted: no untried point was found",
+            )
+            return Proposal(plan=plan, policy=self.name, notes=notes)
+        s = suggestions[0]
+        full = effective_params(dict(baseline), s.params)
+        summary = format_diff(params_diff(dict(baseline), full))
+        if s.startup:
+            summary += (
+                f" (random start-up draw: TPE models the space after {self.startup_trials} results)"
+            )
+        plan = DecisionPlan(
+            hypothesis="TPE suggestion",
+            change_summary=summary,
+            params=s.params,
+            expected=_expected(state),
+        )
+        notes.append(
+            f"study trial {s.trial}: {len(known)} known results, "
+            f"sampler seed {self._sampler_seed(len(known))}"
+        )
+        return Proposal(plan=plan, policy=self.name, notes=notes)
+
+    def known(self, state: ResearchState) -> list[KnownPoint]:
+        """What the optimizer knows, in a fixed order: the baseline round, then told results."""
+        out: list[KnownPoint] = []
+        first = next((r for r in state.rounds if r.index == 1), None)
+        if first is not None:
+            out.append(KnownPoint(dict(first.params), first.metric, first.status, 1))
+        out.extend(self.told)
+        return [k for k in out if k.status != "stopped"]
+
+    def suggest(
+        self,
+        state: ResearchState,
+        tunables: Sequence[TunableSpec],
+        baseline: Mapping[str, Any],
+        k: int,
+    ) -> tuple[list[Suggestion], list[str]]:
+        """Up to ``k`` distinct, valid, untried points TPE asks for next (and notes)."""
+        space = search_space(tunables)
+        notes: list[str] = []
+        if not space:
+            notes.append("no searchable parameter (every tunable lacks bounds or choices)")
+            return [], notes
+        known = self.known(state)
+        tried = [r.params for r in state.rounds]
+        rejected = [r["params"] for r in state.rejected]
+        out: list[Suggestion] = []
+        repeats = 0
+        with _quiet():
+            study = self._study(state, space, known)
+            completed = _finished_count(study)
+            for _ in range(MAX_ASKS):
+                if len(out) >= k:
+                    break
+                trial = study.ask(dict(space))
+                params = _rounded(trial.params, space)
+                plan = DecisionPlan(
+                    hypothesis="TPE suggestion", change_summary="-", params=params, expected="-"
+                )
+                problems = validate_plan(
+                    plan,
+                    tunables,
+                    baseline=dict(baseline),
+                    tried=tried + [effective_params(dict(baseline), s.params) for s in out],
+                    rejected=rejected,
+                )
+                if problems:
+                    repeats += 1
+                    continue
+                out.append(Suggestion(params, trial.number, completed < self.startup_trials))
+        if repeats:
+            notes.append(f"TPE repeated tried points {repeats} times; those asks were skipped")
+        if len(out) < k:
+            out.extend(self._random_fill(state, tunables, baseline, k - len(out), out, notes))
+        return out, notes
+
+    def view(self, state: ResearchState, tunables: Sequence[TunableSpec]) -> OptimizerView:
+        """The optimizer's state: counts, best known results, parameter importances."""
+        space = search_space(tunables)
+        known = self.known(state)
+        done = [k for k in known if _is_complete(k)]
+        failed = len(known) - len(done)
+        reverse = state.goal == "max"
+        best = sorted(done, key=lambda k: float(k.metric or 0.0), reverse=reverse)[:TOP_TRIALS]
+        best = [_with_round(k, state) for k in best]
+        view = OptimizerView(
+            completed=len(done), failed=failed, startup_trials=self.startup_trials, best=best
+        )
+        if len(done) < 2 or not space:
+            view.importance_note = "not available yet: needs at least 2 completed results"
+            return view
+        with _quiet():
+            study = self._study(state, space, known)
+            try:
+                view.importances = _importances(study)
+            except Exception as exc:  # tiny or degenerate studies: say so, carry on
+                view.importance_note = f"not available yet ({type(exc).__name__}: {exc})"
+        if not view.importances and not view.importance_note:
+            view.importance_note = "not available yet"
+        return view
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _sampler_seed(self, n_known: int) -> int:
+        return (self.seed * 1_000_003 + n_known * 7_919) % (2**31 - 1)
+
+    def _study(
+        self, state: ResearchState, space: Mapping[str, BaseDistribution], known: list[KnownPoint]
+    ) -> optuna.Study:
+        optuna = _optuna()
+        sampler = optuna.samplers.TPESampler(
+            seed=self._sampler_seed(len(known)),
+            n_startup_trials=self.startup_trials,
+            n_ei_candidates=self.candidates,
+            multivariate=True,
+            constant_liar=True,
+        )
+        study = optuna.create_study(
+            direction="maximize" if state.goal == "max" else "minimize", sampler=sampler
+        )
+        for point in known:
+            params: dict[str, Any] = {}
+            dists: dict[str, BaseDistribution] = {}
+            for name, d in space.items():
+                ok, value = _fit(point.params.get(name), d)
+                if ok:
+                    params[name], dists[name] = value, d
+            complete = _is_complete(point)
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params=params,
+                    distributions=dists,
+                    value=float(point.metric) if complete and point.metric is not None else None,
+                    state=optuna.trial.TrialState.COMPLETE
+                    if complete
+                    else optuna.trial.TrialState.PRUNED,
+                    user_attrs={"status": point.status},
+                )
+            )
+        return study
+
+    def _random_fill(
+        self,
+        state: ResearchState,
+        tunables: Sequence[TunableSpec],
+        baseline: Mapping[str, Any],
+        k: int,
+        taken: list[Suggestion],
+        notes: list[str],
+    ) -> list[Suggestion]:
+        """Seeded random points when TPE keeps repeating itself (small discrete spaces)."""
+        rng = seeded_rng(self.seed, "tpe-fill", len(state.rounds))
+        names = set(search_space(tunables))
+        tried = [r.params for r in state.rounds] + [
+            effective_params(dict(baseline), s.params) for s in taken
+        ]
+        rejected = [r["params"] for r in state.rejected]
+        out: list[Suggestion] = []
+        for _ in range(200):
+            if len(out) >= k:
+                break
+            params = {n: v for n, v in sample_point(tunables, rng).items() if n in names}
+            plan = DecisionPlan(hypothesis="-", change_summary="-", params=params, expected="-")
+            if not validate_plan(plan, tunables, baseline=dict(baseline), tried=tried, rejected=rejected):
+                out.append(Suggestion(params, -1, True))
+                tried.append(effective_params(dict(baseline), params))
+        if out:
+            notes.append(f"{len(out)} point(s) drawn at random: TPE only repeated tried points")
+        return out
+
+
+def _is_complete(point: KnownPoint) -> bool:
+    return (
+        point.status == "completed" and point.metric is not None and math.isfinite(point.metric)
+    )
+
+
+def _finished_count(study: optuna.Study) -> int:
+    from optuna.trial import TrialState
+
+    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials)
+
+
+def _with_round(point: KnownPoint, state: ResearchState) -> KnownPoint:
+    if point.round is not None:
+        return point
+    for r in sorted(state.rounds, key=lambda r: -r.index):
+        if params_equal(dict(r.params), point.params):
+            return KnownPoint(point.params, point.metric, point.status, r.index)
+    return point
+
+
+def _importances(study: optuna.Study) -> dict[str, float]:
+    import optuna
+
+    try:
+        from optuna.importance import PedAnovaImportanceEvaluator
+    except ImportError:  # older Optuna: its default evaluator
+        result = optuna.importance.get_param_importances(study)
+    else:
+        result = optuna.importance.get_param_importances(
+            study, evaluator=PedAnovaImportanceEvaluator()
+        )
+    return {str(k): float(v) for k, v in result.items()}
+
+
+def _expected(state: ResearchState) -> str:
+    name = state.primary_metric or "metric"
+    best = state.best.metric if state.best is not None else None
+    if best is None:
+        return f"{name}: unknown, no completed round yet"
+    word = "above" if state.goal == "max" else "below"
+    return f"{name} {word} {format_metric(best)}, the best so far"
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Serialize Optuna calls and hide its ExperimentalWarning / FutureWarning noise
+    (``warnings.catch_warnings`` is process-global and Optuna runs in worker threads)."""
+    optuna = _optuna()
+    with _OPTUNA_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
