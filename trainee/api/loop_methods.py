@@ -22,8 +22,8 @@ from trainee.session.manager import SessionManager, prompt_parts
 from trainee.session.runner import FINISHED
 from trainee.spec import SecurityMode, load_project
 from trainee.spec import wire as w
-from trainee.store.export import write_ledgers, write_report
 from trainee.store.db import Store
+from trainee.store.export import write_ledgers, write_report
 from trainee.store.records import RoundRecord, SessionRecord
 
 

@@ -4,7 +4,9 @@ The tool API can start commands, so a web page the user happens to visit must
 not be able to reach it: requests must carry the daemon's Host (DNS
 rebinding), a state-changing request from a browser must come from the page's
 own Origin (cross-site POST), and every ``/api`` and ``/rpc`` request must
-carry the access token (bearer header or the cookie the web page gets).
+carry the access token (bearer header or the cookie the web page gets). A page
+URL carrying ``?token=`` (what ``trainee webui`` opens) trades it for an
+HttpOnly SameSite=Strict cookie and redirects to the same URL without it.
 """
 
 from __future__ import annotations
@@ -16,30 +18,48 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import msgspec
 import uvicorn
 from anyio.abc import TaskStatus
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainee.api.context import CallContext, Services
 from trainee.api.registry import Registry
-from trainee.errors import InvalidParams, MethodNotFound, ParseError, TraineeError
+from trainee.errors import InvalidParams, MethodNotFound, NotFound, ParseError, TraineeError
 from trainee.rpc.protocol import Dispatcher
 
 log = logging.getLogger("trainee.daemon.http")
 
 TOKEN_COOKIE = "trainee_token"
+TOKEN_COOKIE_MAX_AGE = 30 * 24 * 3600
 MAX_BODY = 16 * 2**20
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+SECURITY_HEADERS: dict[str, str] = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    ),
+}
+"""Sent with every response unless the route set its own value (nothing is framed,
+nothing leaves the page's origin, the token URL never travels in a Referer)."""
 
 
 def load_or_create_token(path: Path) -> str:
@@ -80,12 +100,16 @@ class Guard:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
+        send = _with_security_headers(send)
         problem = self.check(request)
         if problem is not None:
             status, reason = problem
             await JSONResponse({"error": {"code": status, "message": reason}}, status_code=status)(
                 scope, receive, send
             )
+            return
+        if "token" in request.query_params and not _is_api(request.url.path):
+            await self.token_login(request)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
@@ -101,10 +125,40 @@ class Guard:
             and origin.lower().removeprefix("http://") not in hosts
         ):
             return 403, f"refused: Origin {origin!r} is not this daemon's page"
-        path = request.url.path
-        if (path == "/rpc" or path.startswith("/api/")) and not self.token_ok(request):
+        if _is_api(request.url.path) and not self.token_ok(request):
             return 401, "refused: missing or wrong access token (see `trainee webui`)"
         return None
+
+    def token_login(self, request: Request) -> Response:
+        """``GET /page?token=T``: set the cookie and redirect to ``/page`` without the token."""
+        given = request.query_params.get("token", "")
+        if request.method not in ("GET", "HEAD") or not hmac.compare_digest(
+            given.encode(), self.token.encode()
+        ):
+            return JSONResponse(
+                {
+                    "error": {
+                        "code": 401,
+                        "message": "refused: wrong access token in the URL "
+                        "(run `trainee webui` for a fresh link)",
+                    }
+                },
+                status_code=401,
+            )
+        rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+        query = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in rest)
+        target = request.url.path + (f"?{query}" if query else "")
+        response = RedirectResponse(target, status_code=303)
+        response.headers["Cache-Control"] = "no-store"
+        response.set_cookie(
+            TOKEN_COOKIE,
+            self.token,
+            max_age=TOKEN_COOKIE_MAX_AGE,
+            path="/",
+            httponly=True,
+            samesite="strict",
+        )
+        return response
 
     def token_ok(self, request: Request) -> bool:
         given = ""
@@ -118,16 +172,37 @@ class Guard:
         return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
 
 
-def _json(data: Any, status: int = 200) -> Response:
+def _is_api(path: str) -> bool:
+    return path == "/rpc" or path == "/api" or path.startswith("/api/")
+
+
+def _with_security_headers(send: Send) -> Send:
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = MutableHeaders(scope=message)
+            for name, value in SECURITY_HEADERS.items():
+                headers.setdefault(name, value)
+        await send(message)
+
+    return wrapped
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    """``data`` encoded by msgspec (Structs, dicts, lists) as a JSON response."""
     return Response(msgspec.json.encode(data), status_code=status, media_type="application/json")
 
 
-def _error_status(exc: TraineeError) -> int:
-    if isinstance(exc, MethodNotFound):
+def error_status(exc: TraineeError) -> int:
+    """The HTTP status of an error raised by a method."""
+    if isinstance(exc, MethodNotFound | NotFound):
         return 404
     if isinstance(exc, InvalidParams | ParseError):
         return 400
     return 422
+
+
+def error_response(exc: TraineeError) -> Response:
+    return json_response({"error": exc.to_wire()}, error_status(exc))
 
 
 def build_app(
@@ -137,9 +212,9 @@ def build_app(
     *,
     token: str,
     allowed_hosts: Callable[[], set[str]],
-    extra_routes: list[Route] | None = None,
+    extra_routes: Sequence[BaseRoute] = (),
 ) -> ASGIApp:
-    """The Starlette app of the daemon (pages come with the web UI)."""
+    """The Starlette app of the daemon; the web UI adds its pages and streams as ``extra_routes``."""
 
     async def read_body(request: Request) -> bytes:
         body = b""
@@ -153,7 +228,7 @@ def build_app(
         try:
             body = await read_body(request)
         except ValueError:
-            return _json(
+            return json_response(
                 {
                     "jsonrpc": "2.0",
                     "error": {
@@ -174,10 +249,10 @@ def build_app(
         name = request.query_params.get("name")
         if name:
             try:
-                return _json([registry.get(name).tool_schema()])
+                return json_response([registry.get(name).tool_schema()])
             except MethodNotFound as exc:
-                return _json({"error": exc.to_wire()}, 404)
-        return _json(registry.tool_schemas())
+                return json_response({"error": exc.to_wire()}, 404)
+        return json_response(registry.tool_schemas())
 
     async def call_tool(request: Request) -> Response:
         name = request.path_params["name"]
@@ -185,29 +260,31 @@ def build_app(
             body = await read_body(request)
             params = msgspec.json.decode(body) if body.strip() else {}
         except ValueError:
-            return _json({"error": ParseError("request body is not valid JSON").to_wire()}, 400)
+            return json_response(
+                {"error": ParseError("request body is not valid JSON").to_wire()}, 400
+            )
         except msgspec.DecodeError as exc:
-            return _json(
+            return json_response(
                 {"error": ParseError(f"request body is not valid JSON: {exc}").to_wire()}, 400
             )
         ctx = CallContext(services=services, transport="http")
         try:
             result = await registry.call(name, params, ctx)
         except TraineeError as exc:
-            return _json({"error": exc.to_wire()}, _error_status(exc))
+            return json_response({"error": exc.to_wire()}, error_status(exc))
         except Exception:
             incident = secrets.token_hex(4)
             log.exception("tool %s failed (incident %s)", name, incident)
-            return _json(
+            return json_response(
                 {"error": {"code": -32603, "message": f"Internal error (incident {incident})"}}, 500
             )
-        return _json({"result": result})
+        return json_response({"result": result})
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/rpc", rpc, methods=["POST"]),
         Route("/api/tools", tools, methods=["GET"]),
         Route("/api/tools/{name}", call_tool, methods=["POST"]),
-        *(extra_routes or []),
+        *extra_routes,
     ]
     app = Starlette(routes=routes)
     return Guard(app, token=token, allowed_hosts=allowed_hosts)
@@ -251,16 +328,22 @@ class _EmbeddedServer(uvicorn.Server):
 class HttpServer:
     """uvicorn on an already-bound socket; ``stop()`` lets it finish gracefully."""
 
-    def __init__(self, app: ASGIApp, sock: socket.socket) -> None:
+    def __init__(
+        self, app: ASGIApp, sock: socket.socket, *, on_stop: Callable[[], None] | None = None
+    ) -> None:
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         self._sock = sock
         self._server: _EmbeddedServer | None = None
         self._config = config
+        self._on_stop = on_stop
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         self._server = _EmbeddedServer(self._config, on_started=lambda: task_status.started())
         await self._server.serve(sockets=[self._sock])
 
     def stop(self) -> None:
+        """Stop accepting; ``on_stop`` ends the endless responses (SSE) so the drain is quick."""
+        if self._on_stop is not None:
+            self._on_stop()
         if self._server is not None:
             self._server.should_exit = True

@@ -35,6 +35,7 @@ from trainee.daemon.http import (
     load_or_create_token,
 )
 from trainee.daemon.socket_server import bind_unix_socket, prepare_socket_dir, serve_socket
+from trainee.daemon.web import WebUI
 from trainee.rpc.protocol import Dispatcher
 from trainee.session.bus import EventBus
 from trainee.session.manager import SessionManager
@@ -166,8 +167,16 @@ async def _serve(config: DaemonConfig) -> int:
     dispatcher = Dispatcher(call, logger=log)
     token = load_or_create_token(token_path(config.socket_path))
     hosts = allowed_hosts_for(config.host, port)
-    app = build_app(registry, dispatcher, services, token=token, allowed_hosts=lambda: hosts)
-    http = HttpServer(app, http_sock)
+    web = WebUI(registry, services)
+    app = build_app(
+        registry,
+        dispatcher,
+        services,
+        token=token,
+        allowed_hosts=lambda: hosts,
+        extra_routes=web.routes,
+    )
+    http = HttpServer(app, http_sock, on_stop=web.close)
 
     def remove_socket() -> None:
         if activated is None:

@@ -140,13 +140,36 @@ class SessionManager:
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def _policy_factory(self, spec: ProjectSpec, record: SessionRecord, history: int) -> Policy:
+    async def _policy_factory(
+        self, spec: ProjectSpec, record: SessionRecord, history: int
+    ) -> Policy:
+        """The session's decision policy. Non-LLM policies need no provider; a provider
+        failure never falls back to another policy. ``history`` (finished rounds) is not
+        needed: every policy continues from the research state and the results the runner
+        tells it again on resume."""
+        del history
+        decision = getattr(spec, "decision", None)
+        configured = getattr(decision, "seed", None)
+        seed = (
+            configured
+            if isinstance(configured, int) and not isinstance(configured, bool)
+            else _seed(record)
+        )
         if record.policy == "random":
-            return RandomPolicy(seed=_seed(record), history=history)
-        if record.policy == "llm":
+            return RandomPolicy(seed=seed)
+        if record.policy == "tpe":
+            from trainee.session.optuna_policy import TpePolicy
+
+            return TpePolicy(seed=seed)
+        if record.policy in ("llm", "hybrid"):
             settings = load_settings(record.env)
             journal = await self.journal(spec.project_root)
-            return LlmPolicy(settings, prompt_parts(spec, settings, journal))
+            parts = prompt_parts(spec, settings, journal)
+            if record.policy == "hybrid":
+                from trainee.session.hybrid_policy import HybridPolicy
+
+                return HybridPolicy(settings, parts, seed=seed)
+            return LlmPolicy(settings, parts)
         raise InvalidParams(
             f"decision policy {record.policy!r} is not available in this version",
             {"field": "policy", "reason": "not available"},

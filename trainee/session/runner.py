@@ -28,6 +28,7 @@ from trainee.monitor.process import (
     ExitInfo,
     RoundHandle,
     is_alive,
+    kill_orphans,
     read_exit,
     request_stop,
     spawn_round,
@@ -440,6 +441,17 @@ class SessionRunner:
             return await self._watch_round(spec, rec, rnd, handle, readopted=True)
         if rec.status == "running":
             log.info("%s round %d: its monitor is gone; re-running it", self.record.id, rec.index)
+            if handle is not None:
+                # The job of the lost attempt may outlive its monitor: it must not run on
+                # beside the new attempt.
+                killed = await anyio.to_thread.run_sync(kill_orphans, handle)
+                if killed:
+                    log.warning(
+                        "%s round %d: killed %d leftover processes of the lost attempt",
+                        self.record.id,
+                        rec.index,
+                        len(killed),
+                    )
             self.emit("round.rerun", {"round": rec.index, "attempt": rec.attempt + 1})
             rec = await self.store.update_round(
                 self.record.index, rec.index, status="pending", attempt=rec.attempt + 1

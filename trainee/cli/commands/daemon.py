@@ -149,8 +149,83 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_webui(args: argparse.Namespace) -> int:
-    raise errors.NotAvailable(
-        "the web dashboard is not available yet in this version; "
-        "the HTTP tool API is (GET /api/tools, POST /rpc on the daemon's http address)",
-        {"hint": "trainee daemon status shows the http address"},
-    )
+    """Ensure the daemon, then open the dashboard at a URL that carries the access token once.
+
+    The page trades the token for an HttpOnly cookie and drops it from the address.
+    ``--host``/``--port``/``--reload``/``project_root`` shape a daemon this command
+    starts; a daemon already running keeps its own, and this says so.
+    """
+    import webbrowser
+    from urllib.parse import quote, urlsplit
+
+    default_port = 8000  # the parser's default: any other value was asked for
+    root = _root(args.project_root)
+    notes: list[str] = []
+    try:
+        hello = _hello(autostart=False)
+        started = False
+    except errors.DaemonNotRunning:
+        extra = ["--host", args.host]
+        if args.port != default_port:
+            extra += ["--port", str(args.port)]
+        if args.reload:
+            extra.append("--reload")
+        if root:
+            extra.append(root)
+        daemon_client.spawn_daemon(extra)
+        hello = _hello(autostart=False)
+        started = True
+    http_url = str(hello.get("http_url") or "")
+    if not http_url:
+        raise errors.InvalidState("the daemon serves no HTTP address", {"hello": hello})
+    where = urlsplit(http_url)
+    if started:
+        if args.port not in (default_port, 0) and where.port != args.port:
+            notes.append(f"port {args.port} was taken: the dashboard is on port {where.port}")
+    else:
+        if args.host not in ("127.0.0.1", where.hostname) or args.port not in (
+            default_port,
+            where.port,
+        ):
+            notes.append(
+                f"a daemon is already running (pid {hello['pid']}) at {http_url}; "
+                "--host/--port/--reload apply only when the daemon starts "
+                "(run `trainee daemon stop` first to change them)"
+            )
+        bound = hello.get("project_root")
+        if root and bound != root:
+            notes.append(
+                f"the running daemon is bound to {bound or 'no project'}; "
+                f"the page opens with {root} selected"
+            )
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        notes.append(
+            f"warning: --host {args.host} makes the daemon reachable beyond this machine; "
+            "every /api request still needs the access token"
+        )
+    token_file = paths.socket_path().with_name("token")
+    try:
+        token = token_file.read_text().strip()
+    except OSError as exc:
+        raise errors.InvalidState(
+            f"cannot read the daemon's access token {token_file}: {exc.strerror}",
+            {"path": str(token_file), "hint": "the daemon writes it when it starts"},
+        ) from None
+    url = f"{http_url}/?token={quote(token, safe='')}"
+    if root:
+        url += f"&project={quote(root, safe='')}"
+    opened = False
+    if not args.no_open:
+        try:
+            opened = bool(webbrowser.open(url, new=2))
+        except Exception:  # a broken browser setup must not hide the address
+            opened = False
+    if args.json:
+        print_json({"url": url, "http_url": http_url, "opened": opened, "notes": notes})
+        return 0
+    for note in notes:
+        sys.stderr.write(note + "\n")
+    sys.stdout.write(f"trainee dashboard: {url}\n")
+    if not args.no_open and not opened:
+        sys.stdout.write("(no browser could be opened: open the address above yourself)\n")
+    return 0

@@ -1,0 +1,146 @@
+// Data helpers shared by the views: projects, session summaries, error display.
+
+import { call, getJSON } from "../api.js";
+import { badge, fmtChange, fmtNum, h } from "../dom.js";
+
+/** Projects the daemon knows plus those this browser added, the selected one first known. */
+export async function loadProjects(ctx) {
+  const server = await getJSON("/api/projects");
+  const byRoot = new Map(server.projects.map((p) => [p.root, p]));
+  for (const root of [ctx.selectedProject, ...ctx.localProjects()]) {
+    if (root && !byRoot.has(root)) {
+      byRoot.set(root, { root, name: root.split("/").filter(Boolean).pop() || root, running: [], local: true });
+    }
+  }
+  return [...byRoot.values()];
+}
+
+const projectInfo = new Map();
+
+/** The primary metric's name and goal of a project (cached; min when unknown). */
+export async function metricInfo(root) {
+  if (!projectInfo.has(root)) {
+    const info = call("project_get", { project_root: root })
+      .then((p) => {
+        const spec = (p.project.metrics && p.project.metrics.specs && p.project.metrics.specs[0]) || null;
+        return { name: spec ? spec.name : "loss", goal: spec ? spec.goal : "min", project: p };
+      })
+      .catch(() => ({ name: "metric", goal: "min", project: null }));
+    projectInfo.set(root, info);
+  }
+  return projectInfo.get(root);
+}
+
+export function forgetMetricInfo(root) {
+  projectInfo.delete(root);
+}
+
+/** Sessions of a project (newest first) with round counts and best vs baseline. */
+export async function sessionsOf(root) {
+  const runs = await call("runs_list", { project_root: root, limit: 10000 });
+  const rounds = new Map();
+  for (const r of runs.rounds) {
+    if (!rounds.has(r.session_id)) rounds.set(r.session_id, []);
+    rounds.get(r.session_id).push(r);
+  }
+  return runs.sessions
+    .map((s) => {
+      const own = rounds.get(s.id) || [];
+      const at = (index) => own.find((r) => r.index === index);
+      return {
+        ...s,
+        rounds: own,
+        roundCount: own.length,
+        baselineMetric: s.baseline_round ? at(s.baseline_round)?.primary_metric ?? null : null,
+        bestMetric: s.best_round ? at(s.best_round)?.primary_metric ?? null : null,
+      };
+    })
+    .reverse();
+}
+
+export function bestVsBaseline(best, baseline) {
+  if (best === null || best === undefined) return h("span.muted", {}, "no metric yet");
+  const change = fmtChange(baseline, best);
+  return h(
+    "span.best",
+    {},
+    h("strong", {}, fmtNum(best)),
+    baseline !== null && baseline !== undefined ? h("span.muted", {}, ` vs ${fmtNum(baseline)}`) : null,
+    change ? h("span.change", {}, ` ${change}`) : null,
+  );
+}
+
+export function statusLine(session) {
+  return h(
+    "span.status-line",
+    {},
+    badge(session.status),
+    session.stop_reason ? h("span.muted", {}, ` ${session.stop_reason.replaceAll("_", " ")}`) : null,
+  );
+}
+
+/** An error as a readable block: message, field, hint. */
+export function errorBox(err, title = "Failed") {
+  const details = (err && err.details) || {};
+  return h(
+    "div.error-box",
+    { role: "alert" },
+    h("strong", {}, `${title}: `),
+    (err && err.message) || String(err),
+    details.field ? h("div.muted", {}, `field: ${details.field}`) : null,
+    details.file ? h("div.muted", {}, `file: ${details.file}${details.line ? `:${details.line}` : ""}`) : null,
+    details.hint ? h("div.hint", {}, details.hint) : null,
+  );
+}
+
+/** A start-session form for a project. */
+export function startForm(ctx, root, { onStarted } = {}) {
+  const policy = h(
+    "select",
+    { name: "policy", "aria-label": "Decision policy" },
+    ["llm", "random", "tpe", "hybrid"].map((p) => h("option", { value: p }, p)),
+  );
+  const mode = h(
+    "select",
+    { name: "mode", "aria-label": "Security mode" },
+    h("option", { value: "" }, "mode from project.yaml"),
+    h("option", { value: "guarded" }, "guarded (bwrap)"),
+    h("option", { value: "unsafe" }, "unsafe"),
+  );
+  const rounds = h("input", { type: "number", min: "1", name: "max_rounds", placeholder: "rounds", "aria-label": "Max rounds" });
+  const out = h("div.form-out");
+  const button = h("button.btn.primary", { type: "submit" }, "Start session");
+  const form = h(
+    "form.start-form",
+    {
+      onsubmit: async (e) => {
+        e.preventDefault();
+        button.disabled = true;
+        out.replaceChildren(h("span.muted", {}, "Starting…"));
+        try {
+          const params = { project_root: root, policy: policy.value };
+          if (mode.value) params.security_mode = mode.value;
+          if (rounds.value) params.max_rounds = Number(rounds.value);
+          const started = await call("loop_start", params);
+          out.replaceChildren();
+          ctx.toast(`${started.session} started on ${root}`, "ok");
+          ctx.selectProject(root);
+          ctx.refreshSidebar();
+          if (onStarted) onStarted(started);
+          ctx.navigate(ctx.sessionHash(root, started.session));
+        } catch (err) {
+          out.replaceChildren(errorBox(err, "Could not start"));
+        } finally {
+          button.disabled = false;
+        }
+      },
+    },
+    h("div.row", {}, policy, mode, rounds, button),
+    out,
+  );
+  metricInfo(root).then((info) => {
+    const p = info.project && info.project.project;
+    if (p && p.decision && p.decision.policy) policy.value = p.decision.policy;
+  });
+  return form;
+}
