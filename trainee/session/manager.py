@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import msgspec
 
 from trainee import paths
 from trainee.errors import InvalidParams, InvalidState, NotFound
@@ -74,6 +75,7 @@ class SessionManager:
         self._running: dict[tuple[str, int], Running] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self.default_env: dict[str, str] = dict(os.environ)
+        self._secrets: dict[tuple[str, int], dict[str, str]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -191,16 +193,29 @@ class SessionManager:
                 os.replace(tmp, path)
         return text
 
+    def full_env(self, record: SessionRecord) -> dict[str, str]:
+        """The session's environment with its secrets, which the store never holds.
+
+        Secrets passed by the client live in memory for the daemon's life; after a
+        restart they come from the daemon's own environment.
+        """
+        secrets = self._secrets.get((record.project_root, record.index))
+        if secrets is None:
+            secrets = {k: v for k, v in self.default_env.items() if is_secret_name(k)}
+        return {**record.env, **secrets}
+
     def _spawn(self, store: Store, record: SessionRecord) -> Running:
         assert self._tg is not None, "the manager is not running"
         control = SessionControl()
+        env = self.full_env(record)
         runner = SessionRunner(
             store=store,
-            layout=ProjectLayout.for_root(record.project_root, record.env),
-            record=record,
+            layout=ProjectLayout.for_root(record.project_root, env),
+            record=msgspec.structs.replace(record, env=env),
             bus=self.bus,
             policy_factory=self._policy_factory,
             control=control,
+            env=env,
         )
         running = Running(control=control, runner=runner, done=anyio.Event())
         key = (record.project_root, record.index)
@@ -247,6 +262,7 @@ class SessionManager:
         self._remember(root)
         index = await store.next_session_index()
         now = time.time()
+        public_env, secrets = split_secrets(env)
         record = SessionRecord(
             index=index,
             id=f"session-{index:04d}",
@@ -260,7 +276,7 @@ class SessionManager:
             updated_at=now,
             finished_at=None,
             spec={},
-            env=env,
+            env=public_env,
             cwd=cwd,
             best_round=None,
             baseline_round=None,
@@ -269,6 +285,7 @@ class SessionManager:
             error=None,
         )
         record = await store.create_session(record)
+        self._secrets[(root, index)] = secrets
         self._spawn(store, record)
         return record
 
@@ -288,7 +305,7 @@ class SessionManager:
             "finished_at": None,
         }
         if env is not None:
-            fields["env"] = env
+            fields["env"], self._secrets[(root, index)] = split_secrets(env)
         record = await store.update_session(index, **fields)
         self._remember(root)
         self._spawn(store, record)
@@ -329,6 +346,21 @@ class SessionManager:
     def control_of(self, root: str, index: int) -> SessionControl | None:
         running = self._running.get((root, index))
         return running.control if running else None
+
+
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+
+
+def is_secret_name(name: str) -> bool:
+    """Environment variables never written to the store (API keys, tokens, passwords)."""
+    upper = name.upper()
+    return any(word in upper for word in _SECRET_WORDS)
+
+
+def split_secrets(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    public = {k: v for k, v in env.items() if not is_secret_name(k)}
+    secrets = {k: v for k, v in env.items() if is_secret_name(k)}
+    return public, secrets
 
 
 def _index(session: str) -> int:

@@ -98,7 +98,10 @@ class SessionRunner:
         bus: EventBus,
         policy_factory: Callable[[ProjectSpec, SessionRecord, int], Awaitable[Policy]],
         control: SessionControl,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        # The job's environment: the stored one plus the secrets kept only in memory.
+        self.env: dict[str, str] = dict(record.env if env is None else env)
         self.store = store
         self.layout = layout
         self.record = record
@@ -374,7 +377,7 @@ class SessionRunner:
     async def _launch(self, spec: ProjectSpec, rec: RoundRecord, rnd: RoundLayout) -> RoundHandle:
         rendered = await anyio.to_thread.run_sync(
             lambda: render_round(
-                spec, rnd, rec.params, base_env=self.record.env, security_mode=self._security_mode()
+                spec, rnd, rec.params, base_env=self.env, security_mode=self._security_mode()
             )
         )
         if self._security_mode() == SecurityMode.GUARDED:
