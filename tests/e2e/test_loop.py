@@ -342,6 +342,12 @@ def test_four_rounds_mlp_flags_guarded_with_the_live_view(
         d["prompt_tokens"] + d["completion_tokens"] for d in recorded.values() if d
     )
 
+    # the final report has the decisions too, as session_report writes it
+    report = (artifacts(project) / "report.md").read_text()
+    assert "## Decisions" in report
+    for index in (2, 3, 4):
+        assert f"| {index} | openai_compatible / fake-model | yes | no |" in report
+
     # what the person watching saw
     out = live.stdout
     for index in (1, 2, 3, 4):
@@ -622,6 +628,98 @@ def test_required_metric_missing_fails_the_session(
     rounds = state["rounds"]
     assert [r["status"] for r in rounds] == ["completed_without_metrics"]
     assert rounds[0]["returncode"] == 0 and rounds[0]["primary_metric"] is None
+    assert asked == 1
+    check_outputs(project, state)
+    assert_no_training_left(project)
+
+
+# -- budgets ---------------------------------------------------------------------------------
+
+
+def _add_to_project_yaml(project: Path, text: str, *, under: str | None = None) -> None:
+    """Append a top-level section, or add ``text`` as keys of the existing ``under`` section."""
+    spec_file = project / ".trainee" / "project.yaml"
+    data = spec_file.read_text()
+    if under is None:
+        data += "\n" + text
+    else:
+        assert f"\n{under}:\n" in data
+        data = data.replace(f"\n{under}:\n", f"\n{under}:\n{text}", 1)
+    spec_file.write_text(data)
+
+
+USAGE = {"prompt_tokens": 60, "completion_tokens": 10}
+"""Every decision costs 70 tokens."""
+
+
+def test_budget_tokens_stops_before_the_decision_that_would_exceed_it(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    _add_to_project_yaml(project, "llm:\n  max_tokens: 100\n")
+    script = [OK, {**plan({"lr": 0.01}), "usage": USAGE}, {**plan({"lr": 0.003}), "usage": USAGE}]
+    with FakeLLM(script) as fake:
+        env = llm_env(daemon.env, fake)
+        start(project, env, "--unsafe", "--max-rounds", "6")
+        state = wait_finished(env, project)
+        asked = len(fake.requests)
+    session = state["session"]
+    assert session["status"] == "finished"
+    assert session["stop_reason"] == "budget_tokens"
+    assert session["tokens"] == 140  # 70 < 100 after round 2's decision, 140 after round 3's
+    assert [r["index"] for r in state["rounds"]] == [1, 2, 3]
+    assert asked == 3
+    check_outputs(project, state)
+    assert_no_training_left(project)
+
+
+def test_budget_usd_stops_the_session(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    _add_to_project_yaml(project, "llm:\n  max_usd: 0.1\n")
+    # a user price for this model: 70 tokens cost $0.07 per decision
+    config = daemon.runtime / "home" / ".trainee" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    price = {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0}
+    config.write_text(json.dumps({"prices": {"priced-model": price}}))
+    config.chmod(0o600)
+    script = [OK, {**plan({"lr": 0.01}), "usage": USAGE}, {**plan({"lr": 0.003}), "usage": USAGE}]
+    try:
+        with FakeLLM(script) as fake:
+            env = llm_env(daemon.env, fake, TRAINEE_LLM_MODEL="priced-model")
+            start(project, env, "--unsafe", "--max-rounds", "6")
+            state = wait_finished(env, project)
+    finally:
+        config.unlink()
+    session = state["session"]
+    assert session["status"] == "finished"
+    assert session["stop_reason"] == "budget_usd"
+    assert session["cost_usd"] == pytest.approx(0.14)
+    assert [r["index"] for r in state["rounds"]] == [1, 2, 3]
+    d = decisions(env, project, [2])[2]
+    assert d["cost_usd"] == pytest.approx(0.07)
+    check_outputs(project, state)
+    assert_no_training_left(project)
+
+
+def test_budget_time_runs_the_baseline_then_stops_before_any_decision(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    _add_to_project_yaml(project, "  max_session_minutes: 0.0001\n", under="run")
+    with FakeLLM([OK]) as fake:
+        env = llm_env(daemon.env, fake)
+        start(project, env, "--unsafe", "--max-rounds", "6")
+        state = wait_finished(env, project)
+        asked = len(fake.requests)
+    session = state["session"]
+    assert session["status"] == "finished"
+    assert session["stop_reason"] == "budget_time"
+    assert [r["status"] for r in state["rounds"]] == ["completed"]
     assert asked == 1
     check_outputs(project, state)
     assert_no_training_left(project)

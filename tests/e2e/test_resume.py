@@ -3,7 +3,8 @@
 The project is a tiny one written here: ``train.py --lr X`` prints progress and a
 final ``val_loss``; the first time it runs with ``lr 0.2`` (round 2) it keeps
 printing progress while the file ``hold`` exists, so round 2 is mid-run for as
-long as the test needs, without any timing guess. ``starts.txt`` records each
+long as the test needs, without any timing guess (``lr 0.3`` holds the same way and
+then ends without its metric). ``starts.txt`` records each
 start, so a re-run is told from a re-adoption.
 """
 
@@ -41,6 +42,8 @@ from tests.fakes.llm_server import FakeLLM
 pytestmark = pytest.mark.e2e
 
 HOLD_LR = 0.2
+NO_METRIC_LR = 0.3
+"""train.py holds with this lr too, and then ends without printing its metric."""
 HOLD_LIMIT_SEC = 90
 """train.py stops holding after this long whatever happens (a safety net, never reached)."""
 
@@ -58,14 +61,15 @@ with open(starts, "a") as fh:
     fh.write(f"{{args.lr}}\\n")
 hold = os.path.join(root, "hold")
 step = 0
-if args.lr == {HOLD_LR} and str(args.lr) not in before:
+if args.lr in ({HOLD_LR}, {NO_METRIC_LR}) and str(args.lr) not in before:
     deadline = time.monotonic() + {HOLD_LIMIT_SEC}
     while os.path.exists(hold) and time.monotonic() < deadline:
         print(f"step {{step}} loss={{1.0 / (step + 1):.4f}}", flush=True)
         step += 1
         time.sleep(0.05)
 print(f"step {{step}} done", flush=True)
-print(f"final val_loss={{(args.lr - 0.05) ** 2 + 0.1:.6f}}", flush=True)
+if args.lr != {NO_METRIC_LR}:
+    print(f"final val_loss={{(args.lr - 0.05) ** 2 + 0.1:.6f}}", flush=True)
 """
 
 PROJECT_YAML = """\
@@ -250,4 +254,35 @@ def test_sigkill_mid_round_2_with_its_monitor_dead_reruns_the_round(
     assert _starts(project) == [0.1, HOLD_LR, HOLD_LR, 0.05]
     assert asked == 3  # the recorded decision is re-used, not asked for again
     assert not _alive(monitor["child_pid"]), "the first attempt's job must not survive"
+    assert_no_training_left(project)
+
+
+def test_a_readopted_round_without_its_required_metric_fails_the_session(
+    daemon: Daemon, project: Path
+) -> None:
+    with FakeLLM([OK, plan({"lr": NO_METRIC_LR}, "no metric")]) as fake:
+        env = llm_env(daemon.env, fake)
+        _, monitor = _kill_daemon_mid_round_2(daemon, project, env)
+        restarted = Daemon(runtime=daemon.runtime, env=daemon.env)
+        try:
+            assert restarted.start().startswith("READY"), restarted.log
+            wait_until(
+                env,
+                project,
+                lambda s: s["running"] and "re-adopting its monitor" in restarted.log,
+                what="the session to resume",
+            )
+            (project / "hold").unlink()
+            state = wait_finished(env, project)
+            asked = len(fake.requests)
+        finally:
+            restarted.stop()
+    session = state["session"]
+    assert session["status"] == "failed"
+    assert session["stop_reason"] == "required_metric_missing"
+    rounds = state["rounds"]
+    assert [r["status"] for r in rounds] == ["completed", "completed_without_metrics"]
+    assert rounds[1]["attempt"] == 0 and rounds[1]["monitor_pid"] == monitor["pid"]
+    assert asked == 2, "no decision after a round that lost the required metric"
+    check_outputs(project, state)
     assert_no_training_left(project)

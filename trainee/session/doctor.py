@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
+import anyio
 import msgspec
 
 from trainee.errors import ConfigError, ProviderError, SandboxError, TraineeError
@@ -18,6 +19,13 @@ from trainee.metrics.extract import Extractor
 from trainee.spec import Environment, MetricSource, ProjectSpec, SecurityMode, load_project
 
 Status = Literal["pass", "warn", "fail"]
+
+_FIXES = {
+    "environment": "create the environment (python -m venv .venv, uv sync, conda env create) or fix launch.environment",
+    "launcher": "fix launch.command or the environment",
+    "sandbox": "apt-get install bubblewrap, or run with --unsafe",
+    "metrics": "fix metrics.specs[] against the last round log",
+}
 
 
 class Check(msgspec.Struct, kw_only=True):
@@ -239,15 +247,23 @@ async def run_doctor(
     checks = [config]
     if spec is not None:
         mode = security_mode or str(spec.advanced.security_mode)
-        for fn in (check_data, check_paths, check_output, check_metrics_on_last_log):
+        sync_checks: list[tuple[str, Callable[[], Check]]] = [
+            ("data", lambda: check_data(spec)),
+            ("paths", lambda: check_paths(spec)),
+            ("output", lambda: check_output(spec)),
+            ("metrics", lambda: check_metrics_on_last_log(spec)),
+            ("environment", lambda: check_environment(spec, env)),
+            ("launcher", lambda: check_launcher(spec, env)),
+            ("sandbox", lambda: check_sandbox(spec, mode)),
+        ]
+        for name, fn in sync_checks:
+            if name == "launcher" and checks[-1].status == "fail":
+                checks.append(_check(name, "warn", "not checked: the environment is not ready"))
+                continue
             try:
-                checks.append(fn(spec))
+                checks.append(await anyio.to_thread.run_sync(fn))
             except (OSError, TraineeError) as exc:
-                checks.append(_check(fn.__name__.removeprefix("check_"), "fail", str(exc)))
-        checks.append(check_environment(spec, env))
-        checks.append(check_launcher(spec, env))
-        checks.append(check_sandbox(spec, mode))
-        policy = getattr(getattr(spec, "decision", None), "policy", "llm")
-        checks.append(await check_provider(env, skip_provider_test, str(policy)))
+                checks.append(_check(name, "fail", str(exc), _FIXES.get(name, "")))
+        checks.append(await check_provider(env, skip_provider_test, str(spec.decision.policy)))
     ok = all(c.status != "fail" for c in checks)
     return DoctorReport(project_root=str(root), ok=ok, checks=checks)

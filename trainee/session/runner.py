@@ -193,6 +193,8 @@ class SessionRunner:
             self._observe(policy, summary)
             if self.control.stop_requested.is_set():
                 return self.control.stop_reason, None
+            if summary.status == "completed_without_metrics":
+                return "required_metric_missing", None
 
         while True:
             done = await self.store.list_rounds(self.record.index)
@@ -240,6 +242,8 @@ class SessionRunner:
             return "max_rounds"
         if index > 1 and not spec.tunables:
             return "no_tunable_params"
+        if index == 1:
+            return None  # budgets are checked before decisions; the baseline always runs
         budgets = self._budgets(spec)
         if (
             budgets.max_session_minutes is not None
@@ -637,6 +641,7 @@ class SessionRunner:
 
     async def _write_outputs(self, *, report: bool = False) -> None:
         rounds = await self.store.list_rounds(self.record.index)
+        decisions = await self.store.list_decisions(self.record.index) if report else None
         state = self.state
 
         def write() -> None:
@@ -652,6 +657,7 @@ class SessionRunner:
                     rounds,
                     metric_name=metric or "metric",
                     goal=goal,
+                    decisions=decisions,
                 )
 
         await anyio.to_thread.run_sync(write)

@@ -211,12 +211,14 @@ class ProjectInitParams(Wire):
     baseline_config: str | None = None
     force: bool = False
     skip_provider_test: bool = False
+    env: dict[str, str] | None = None
 
 
 class ProjectPrepareParams(Wire):
     project_root: str
     replace: bool = False
     skip_provider_test: bool = False
+    env: dict[str, str] | None = None
 
 
 class TunablesDiscoverParams(Wire):
@@ -229,6 +231,7 @@ class TunablesDiscoverParams(Wire):
 class DoctorParams(Wire):
     project_root: str
     skip_provider_test: bool = False
+    env: dict[str, str] | None = None
 
 
 class DryRunParams(Wire):

@@ -1,14 +1,17 @@
-"""``trainee init``, ``prepare``, ``tunables discover`` and ``doctor``: one method each."""
+"""``trainee init``, ``prepare``, ``tunables discover``, ``doctor``: one method each, rendered."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from trainee.cli import daemon_client
-from trainee.cli.output import print_json, render_mapping
+from trainee.cli.output import console, print_json
+
+EXIT_DOCTOR_FAILED = 1
 
 
 def project_root(value: str | None) -> str:
@@ -16,12 +19,23 @@ def project_root(value: str | None) -> str:
     return str(Path(value or os.getcwd()).resolve())
 
 
-def _show(args: argparse.Namespace, title: str, result: Any) -> int:
-    if args.json or not isinstance(result, dict):
-        print_json(result)
+def _lines(items: list[str], label: str) -> None:
+    if items:
+        sys.stdout.write(f"{label}: {', '.join(items)}\n")
+
+
+def _provider_line(test: dict[str, Any] | None) -> None:
+    if not test:
+        return
+    if test.get("skipped"):
+        sys.stdout.write("provider: live test skipped\n")
+    elif test.get("ok"):
+        sys.stdout.write(f"provider: {test.get('provider')} {test.get('model')} answered\n")
     else:
-        render_mapping(title, result)
-    return 0
+        sys.stdout.write(
+            f"provider: not ready ({test.get('error')}); decisions need one: "
+            "set TRAINEE_LLM_PROVIDER and its key, or run with --policy tpe|random\n"
+        )
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -29,10 +43,31 @@ def cmd_init(args: argparse.Namespace) -> int:
         "project_root": project_root(args.project_root),
         "force": args.force,
         "skip_provider_test": args.skip_provider_test,
+        "env": dict(os.environ),
     }
     if args.baseline_config:
         params["baseline_config"] = args.baseline_config
-    return _show(args, "trainee init", daemon_client.call("project_init", params))
+    result = daemon_client.call("project_init", params)
+    if args.json:
+        print_json(result)
+        return 0
+    init = result["init"]
+    disc = init["discovery"]
+    sys.stdout.write(f"trainee init: {init['project_root']}\n")
+    _lines(init["created"], "created")
+    _lines(init["rewritten"], "rewritten")
+    _lines(init["kept"], "kept (use --force to rewrite)")
+    sys.stdout.write(f"environment: {disc['environment']} ({disc['environment_reason']})\n")
+    if init.get("entrypoint"):
+        sys.stdout.write(f"entrypoint: {init['entrypoint']}\n")
+    for note in init.get("notes", []):
+        sys.stdout.write(f"note: {note}\n")
+    _provider_line(result.get("provider_test"))
+    sys.stdout.write(
+        "next: review .trainee/project.yaml (set output.config_path if the baseline config "
+        "holds the output folder), then `trainee prepare`\n"
+    )
+    return 0
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -40,8 +75,34 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         "project_root": project_root(args.project_root),
         "replace": args.replace,
         "skip_provider_test": args.skip_provider_test,
+        "env": dict(os.environ),
     }
-    return _show(args, "trainee prepare", daemon_client.call("project_prepare", params))
+    result = daemon_client.call("project_prepare", params)
+    if args.json:
+        print_json(result)
+        return 0
+    prep = result["prepare"]
+    sys.stdout.write(f"trainee prepare: {prep['project_root']}\n")
+    sys.stdout.write(f"tuning.yaml: {prep['tuning']}")
+    if prep["params_written"]:
+        sys.stdout.write(f" ({', '.join(prep['params_written'])})")
+    sys.stdout.write(f"\ncontext.md: {prep['context']}\n")
+    for skipped in prep.get("skipped", []):
+        sys.stdout.write(f"skipped {skipped['name']}: {skipped['reason']}\n")
+    for note in prep.get("notes", []):
+        sys.stdout.write(f"note: {note}\n")
+    _provider_line(result.get("provider_test"))
+    if prep["params_written"]:
+        sys.stdout.write("review .trainee/tuning.yaml: only safe parameters should be listed\n")
+    return 0
+
+
+def _bounds(s: dict[str, Any]) -> str:
+    if s.get("choices"):
+        return "|".join(str(c) for c in s["choices"])
+    if s.get("min_value") is None and s.get("max_value") is None:
+        return ""
+    return f"{s.get('min_value')} .. {s.get('max_value')}" + (" (log)" if s.get("log") else "")
 
 
 def cmd_tunables(args: argparse.Namespace) -> int:
@@ -51,12 +112,55 @@ def cmd_tunables(args: argparse.Namespace) -> int:
         "replace": args.replace,
         "limit": args.limit,
     }
-    return _show(args, "tunables", daemon_client.call("tunables_discover", params))
+    result = daemon_client.call("tunables_discover", params)
+    if args.json:
+        print_json(result)
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"tunable suggestions ({len(result['suggestions'])})")
+    for col in ("name", "target", "type", "default", "range", "reason"):
+        table.add_column(col, overflow="fold")
+    for s in result["suggestions"]:
+        target = s.get("flag") or s.get("config_path") or s.get("override") or ""
+        table.add_row(s["name"], target, s["type"], str(s.get("default")), _bounds(s), s["reason"])
+    console().print(table)
+    if result["excluded"]:
+        sys.stdout.write(f"left out {len(result['excluded'])} candidates (see --json for why)\n")
+    for note in result.get("notes", []):
+        sys.stdout.write(f"note: {note}\n")
+    if result.get("applied"):
+        _lines(result["written"], "written to tuning.yaml")
+        for skipped in result.get("skipped", []):
+            sys.stdout.write(f"skipped {skipped['name']}: {skipped['reason']}\n")
+    else:
+        sys.stdout.write("nothing written: review, then `trainee tunables discover --apply`\n")
+    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     params = {
         "project_root": project_root(args.project_root),
         "skip_provider_test": args.skip_provider_test,
+        "env": dict(os.environ),
     }
-    return _show(args, "trainee doctor", daemon_client.call("project_doctor", params))
+    report = daemon_client.call("project_doctor", params)
+    if args.json:
+        print_json(report)
+        return 0 if report["ok"] else EXIT_DOCTOR_FAILED
+    from rich.table import Table
+
+    table = Table(title=f"trainee doctor: {report['project_root']}")
+    for col in ("check", "status", "detail", "fix"):
+        table.add_column(col, overflow="fold")
+    colors = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+    for check in report["checks"]:
+        status = check["status"]
+        table.add_row(
+            check["name"], f"[{colors[status]}]{status}[/]", check["detail"], check["fix"]
+        )
+    console().print(table)
+    if not report["ok"]:
+        sys.stdout.write("not ready: fix the failed checks above\n")
+        return EXIT_DOCTOR_FAILED
+    return 0

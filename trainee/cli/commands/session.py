@@ -25,8 +25,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = daemon_client.call("loop_dry_run", params)
         if args.json:
             print_json(result)
-        else:
-            render_mapping("trainee run --dry-run", result)
+            return 0
+        out = sys.stdout
+        out.write(f"# baseline command ({result['security_mode']} mode), run in {result['cwd']}:\n")
+        out.write(result["command"] + "\n")
+        if result["config_path"]:
+            out.write(f"# round config: {result['config_path']}\n")
+            out.write(result["config_diff"] or "# (identical to the baseline config)\n")
+        out.write("# environment set for the job:\n")
+        for key, value in sorted(result["env"].items()):
+            out.write(f"#   {key}={value}\n")
+        out.write("# nothing was started and no runtime database was created\n")
         return 0
     params = {"project_root": root, "env": env, "cwd": os.getcwd()}
     for key in ("security_mode", "max_rounds", "policy", "resume"):
