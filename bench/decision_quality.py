@@ -304,7 +304,9 @@ async def _run(
         state, _ = record_round(state, summary)
         if index > 1:
             policy.observe(params, outcome.metric, outcome.status)
-        if outcome.metric is not None and (best is None or better(outcome.metric, best, project.goal)):
+        if outcome.metric is not None and (
+            best is None or better(outcome.metric, best, project.goal)
+        ):
             best = outcome.metric
         run.rounds.append(Round(index, outcome.status, outcome.metric, best, params, source))
         progress.tick()
@@ -432,7 +434,17 @@ def write_csvs(out: Path, runs: list[Run], cells: list[Cell]) -> tuple[Path, Pat
     with open(runs_csv, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(
-            ["project", "policy", "seed", "round", "status", "metric", "best_so_far", "source", "params"]
+            [
+                "project",
+                "policy",
+                "seed",
+                "round",
+                "status",
+                "metric",
+                "best_so_far",
+                "source",
+                "params",
+            ]
         )
         for r in runs:
             for x in r.rounds:
@@ -452,7 +464,15 @@ def write_csvs(out: Path, runs: list[Run], cells: list[Cell]) -> tuple[Path, Pat
     with open(summary_csv, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(
-            ["project", "policy", "budget", "runs", "median_best", "median_regret", "regret_ratio_vs_random"]
+            [
+                "project",
+                "policy",
+                "budget",
+                "runs",
+                "median_best",
+                "median_regret",
+                "regret_ratio_vs_random",
+            ]
         )
         for c in cells:
             w.writerow(
@@ -537,7 +557,9 @@ def write_svg(
                     )
             med: list[tuple[int, float]] = []
             for i in range(1, rounds + 1):
-                vals = [b for r in of_policy if len(r.rounds) >= i and (b := r.best_at(i)) is not None]
+                vals = [
+                    b for r in of_policy if len(r.rounds) >= i and (b := r.best_at(i)) is not None
+                ]
                 if vals:
                     med.append((i, statistics.median(vals)))
             if len(med) > 1:
@@ -605,7 +627,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         budgets = sorted({int(b) for b in args.budgets.split(",") if b.strip()})
     except ValueError:
-        print(f"--budgets: expected comma-separated integers, got {args.budgets!r}", file=sys.stderr)
+        print(
+            f"--budgets: expected comma-separated integers, got {args.budgets!r}", file=sys.stderr
+        )
         return 2
     if not budgets or budgets[0] < 1:
         print("--budgets: every budget must be at least 1", file=sys.stderr)
@@ -618,10 +642,16 @@ def main(argv: list[str] | None = None) -> int:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
         unknown = [p for p in policies if p not in (*OFFLINE, *LLM_POLICIES)]
         if unknown:
-            print(f"--policies: unknown {', '.join(unknown)}; choose from random,tpe,llm,hybrid", file=sys.stderr)
+            print(
+                f"--policies: unknown {', '.join(unknown)}; choose from random,tpe,llm,hybrid",
+                file=sys.stderr,
+            )
             return 2
         if any(p in LLM_POLICIES for p in policies) and not configured:
-            print("--policies: llm and hybrid need an LLM provider; none is configured", file=sys.stderr)
+            print(
+                "--policies: llm and hybrid need an LLM provider; none is configured",
+                file=sys.stderr,
+            )
             return 2
     else:
         policies = [*OFFLINE, *(LLM_POLICIES if configured else ())]
@@ -637,7 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         projects = [prepare(s, work) for s in sources]
-        jobs = [(p, name, seed) for p in projects for name in policies for seed in range(args.seeds)]
+        jobs = [
+            (p, name, seed) for p in projects for name in policies for seed in range(args.seeds)
+        ]
         print(
             f"decision quality: {len(projects)} project(s) x {len(policies)} policies "
             f"({', '.join(policies)}) x {args.seeds} seeds, {rounds} rounds each "

@@ -73,7 +73,9 @@ def test_errors_come_back_as_their_class_and_exit_status(daemon: Daemon, tmp_pat
     result = daemon.cli("call", "loop_get", "--input", json.dumps({"project_root": str(tmp_path)}))
     assert result.returncode == 4, result.stderr
     assert f"no session in {tmp_path}" in result.stderr
-    as_json = daemon.cli("call", "loop_get", "--json", "--input", json.dumps({"project_root": str(tmp_path)}))
+    as_json = daemon.cli(
+        "call", "loop_get", "--json", "--input", json.dumps({"project_root": str(tmp_path)})
+    )
     assert as_json.json()["error"]["code"] == 1002
     assert as_json.json()["error"]["data"]["type"] == "NotFound"
 
@@ -294,3 +296,12 @@ def test_socket_activation_uses_the_handed_over_listener(short_dir: Path) -> Non
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0, log.read_text()
     assert sock_path.exists(), "a socket systemd owns is left in place"
+
+
+def test_status_shows_the_daemon_and_its_sessions(daemon: Daemon) -> None:
+    result = daemon.cli("status")
+    assert result.returncode == 0, result.stderr
+    assert f"running (pid {daemon.proc.pid}" in result.stdout  # type: ignore[union-attr]
+    assert "sessions: none running" in result.stdout
+    as_json = daemon.cli("status", "--json").json()
+    assert as_json["sessions"] == [] and as_json["pid"] == daemon.proc.pid  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ the per-round config or command line, and that no training process is left.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -150,7 +151,9 @@ def training_processes(project: Path) -> list[tuple[int, str]]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            cmdline = (
+                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            )
             stat = (entry / "stat").read_bytes()
         except OSError:
             continue
@@ -173,10 +176,8 @@ def assert_no_training_left(project: Path, timeout: float = 10.0) -> None:
         _pause(0.1)
         left = training_processes(project)
     for pid, _ in left:  # do not leak them into the next test
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     assert not left, f"training processes left running: {left}"
 
 
@@ -243,7 +244,9 @@ def check_outputs(project: Path, state: dict[str, Any]) -> None:
         else:
             assert float(row_csv["primary_metric"]) == pytest.approx(rec["primary_metric"])
         for name, value in rec["params"].items():
-            assert row_csv[f"param.{name}"] == (repr(value) if isinstance(value, float) else str(value))
+            assert row_csv[f"param.{name}"] == (
+                repr(value) if isinstance(value, float) else str(value)
+            )
 
     research = json.loads((folder / "research_state.json").read_text())
     finished = [r for r in rounds if r["status"] != "running"]
@@ -518,9 +521,10 @@ def test_provider_500_fails_over_then_all_failing_stops_the_session(
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     error = {"status": 500, "body": {"error": {"message": "upstream exploded"}}}
-    with FakeLLM([OK, error, error]) as primary, FakeLLM(
-        [plan({"lr": 0.01}, "from the second provider"), error]
-    ) as second:
+    with (
+        FakeLLM([OK, error, error]) as primary,
+        FakeLLM([plan({"lr": 0.01}, "from the second provider"), error]) as second,
+    ):
         env = llm_env(
             daemon.env,
             primary,
@@ -674,9 +678,7 @@ def test_budget_tokens_stops_before_the_decision_that_would_exceed_it(
     assert_no_training_left(project)
 
 
-def test_budget_usd_stops_the_session(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
-) -> None:
+def test_budget_usd_stops_the_session(daemon: Daemon, tmp_path: Path, projects: list[Path]) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     _add_to_project_yaml(project, "llm:\n  max_usd: 0.1\n")

@@ -30,7 +30,6 @@ from tests.e2e.test_loop import (
     assert_no_training_left,
     check_outputs,
     llm_env,
-    loop_get,
     plan,
     read_ledgers,
     start,
@@ -156,9 +155,7 @@ def _kill_daemon_mid_round_2(
     Returns round 2 as the store had it and the monitor's ``monitor.json``.
     """
     start(project, env, "--max-rounds", "3")
-    state = wait_until(
-        env, project, lambda s: _round2_mid_run(s, project), what="round 2 mid-run"
-    )
+    state = wait_until(env, project, lambda s: _round2_mid_run(s, project), what="round 2 mid-run")
     round2 = state["current_round"]
     monitor = json.loads(
         (project / ".trainee" / "runs" / SESSION / "round-0002" / "monitor.json").read_text()

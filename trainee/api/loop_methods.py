@@ -61,6 +61,31 @@ def _round_public(rec: RoundRecord, now: float | None = None) -> dict[str, Any]:
     return data
 
 
+class SessionsListParams(w.Wire):
+    project_root: str | None = None
+
+
+class SessionsListResult(msgspec.Struct, kw_only=True):
+    sessions: list[dict[str, Any]]
+
+
+@registry.method(SessionsListParams, SessionsListResult)
+async def sessions_list(ctx: CallContext, params: SessionsListParams) -> SessionsListResult:
+    """List sessions: the running ones across every project, or all of one project's.
+
+    Each entry is the session record (status, stop reason, policy, best and
+    baseline rounds, tokens and cost) without the caller's environment.
+    """
+    manager = manager_of(ctx)
+    if params.project_root is None:
+        return SessionsListResult(sessions=[_public(r) for r in manager.running_sessions()])
+    root = project_root_of(ctx, params.project_root)
+    if not ProjectLayout.for_root(root).database.exists():
+        return SessionsListResult(sessions=[])
+    store = await manager.store_for(root)
+    return SessionsListResult(sessions=[_public(r) for r in await store.list_sessions()])
+
+
 class LoopStartResult(msgspec.Struct, kw_only=True):
     session: str
     project_root: str

@@ -205,9 +205,7 @@ def suggestions_section(
         for i, s in enumerate(suggestions, 1):
             full = effective_params(dict(baseline), s.params)
             values = " | ".join(format_value(s.params.get(n)) for n in searched)
-            lines.append(
-                f"| S{i} | {values} | {format_diff(params_diff(dict(baseline), full))} |"
-            )
+            lines.append(f"| S{i} | {values} | {format_diff(params_diff(dict(baseline), full))} |")
     else:
         lines.append("It has no untried suggestion this round.")
     lines.append("")

@@ -335,15 +335,15 @@ class TpePolicy:
     def _study(
         self, state: ResearchState, space: Mapping[str, BaseDistribution], known: list[KnownPoint]
     ) -> optuna.Study:
-        optuna = _optuna()
-        sampler = optuna.samplers.TPESampler(
+        opt = _optuna()
+        sampler = opt.samplers.TPESampler(
             seed=self._sampler_seed(len(known)),
             n_startup_trials=self.startup_trials,
             n_ei_candidates=self.candidates,
             multivariate=True,
             constant_liar=True,
         )
-        study = optuna.create_study(
+        study: optuna.Study = opt.create_study(
             direction="maximize" if state.goal == "max" else "minimize", sampler=sampler
         )
         for point in known:
@@ -355,13 +355,13 @@ class TpePolicy:
                     params[name], dists[name] = value, d
             complete = _is_complete(point)
             study.add_trial(
-                optuna.trial.create_trial(
+                opt.trial.create_trial(
                     params=params,
                     distributions=dists,
                     value=float(point.metric) if complete and point.metric is not None else None,
-                    state=optuna.trial.TrialState.COMPLETE
+                    state=opt.trial.TrialState.COMPLETE
                     if complete
-                    else optuna.trial.TrialState.PRUNED,
+                    else opt.trial.TrialState.PRUNED,
                     user_attrs={"status": point.status},
                 )
             )
@@ -389,7 +389,9 @@ class TpePolicy:
                 break
             params = {n: v for n, v in sample_point(tunables, rng).items() if n in names}
             plan = DecisionPlan(hypothesis="-", change_summary="-", params=params, expected="-")
-            if not validate_plan(plan, tunables, baseline=dict(baseline), tried=tried, rejected=rejected):
+            if not validate_plan(
+                plan, tunables, baseline=dict(baseline), tried=tried, rejected=rejected
+            ):
                 out.append(Suggestion(params, -1, True))
                 tried.append(effective_params(dict(baseline), params))
         if out:
@@ -398,9 +400,7 @@ class TpePolicy:
 
 
 def _is_complete(point: KnownPoint) -> bool:
-    return (
-        point.status == "completed" and point.metric is not None and math.isfinite(point.metric)
-    )
+    return point.status == "completed" and point.metric is not None and math.isfinite(point.metric)
 
 
 def _finished_count(study: optuna.Study) -> int:

@@ -175,7 +175,9 @@ class SessionRunner:
             await anyio.to_thread.run_sync(check_bwrap)
         rounds = await self.store.list_rounds(self.record.index)
         self.state = self._rebuild_state(spec, rounds)
-        policy = await self.policy_factory(spec, self.record, len([r for r in rounds if r.index > 1]))
+        policy = await self.policy_factory(
+            spec, self.record, len([r for r in rounds if r.index > 1])
+        )
         for r in rounds:
             if r.status in FINISHED and r.index > 1:
                 policy.observe(r.params, r.primary_metric, r.status)

@@ -21,9 +21,9 @@ export function niceTicks(low, high, count = 5) {
   const mag = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((st) => st >= raw) || raw;
   const ticks = [];
-  for (let t = Math.ceil(low / step) * step; t <= high + step * 1e-9; t += step) {
-    ticks.push(Number(t.toPrecision(12)));
-  }
+  const first = Math.ceil(low / step - 1e-9);
+  const last = Math.floor(high / step + 1e-9);
+  for (let k = first; k <= last; k++) ticks.push(Number((k * step).toPrecision(12)));
   return ticks;
 }
 
@@ -63,9 +63,14 @@ function scales(xs, ys, { padY = 0.08 } = {}) {
   const span = y1 - y0 || Math.abs(y1) * 0.1 || 1;
   y0 -= span * padY;
   y1 += span * padY;
-  const yTicks = niceTicks(y0, y1, 4);
-  y0 = Math.min(y0, yTicks[0] ?? y0);
-  y1 = Math.max(y1, yTicks[yTicks.length - 1] ?? y1);
+  let yTicks = niceTicks(y0, y1, 4);
+  if (yTicks.length > 1) {
+    // widen to whole tick steps so every point sits between two labelled lines
+    const step = yTicks[1] - yTicks[0];
+    y0 = Math.floor(y0 / step + 1e-9) * step;
+    y1 = Math.ceil(y1 / step - 1e-9) * step;
+    yTicks = niceTicks(y0, y1, Math.max(1, Math.round((y1 - y0) / step)));
+  }
   const sx = (x) => PAD.left + ((x - x0) / (x1 - x0)) * (W - PAD.left - PAD.right);
   const sy = (y) => H - PAD.bottom - ((y - y0) / (y1 - y0)) * (H - PAD.top - PAD.bottom);
   return { sx, sy, yTicks, x0, x1 };
@@ -128,7 +133,7 @@ export function roundChart({ rounds, baseline, goal, metricName, maxRounds }) {
     h("span.key.key-kept", {}, "kept"),
     h("span.key.key-rejected", {}, "rejected"),
   );
-  return h("figure.chart-box", { dataset: { points: String(scored.length) } }, svg, legend);
+  return h("figure.chart-box", { dataset: { chart: "rounds", points: String(scored.length) } }, svg, legend);
 }
 
 function thin(points, limit = 800) {
@@ -140,10 +145,17 @@ function thin(points, limit = 800) {
 }
 
 /** Live metric curves of one round: ``series`` is Map(name -> [[x, y], ...]). */
-export function curveChart({ series, title }) {
+export function curveChart({ series, finals = new Map(), title }) {
   const names = [...series.keys()].filter((n) => series.get(n).length);
+  const finalKeys = [...finals].map(([name, value]) => h("span.key.key-final", {}, `${name} ${fmtNum(value)} (final)`));
   if (!names.length) {
-    return h("div.chart-empty", {}, h("strong", {}, title), h("p", {}, "No metric points yet."));
+    return h(
+      "div.chart-empty",
+      {},
+      h("strong", {}, title),
+      h("p", {}, finals.size ? "No metric with steps in this round." : "No metric points yet."),
+      finalKeys.length ? h("div.legend", {}, finalKeys) : null,
+    );
   }
   const all = names.flatMap((n) => series.get(n));
   const { sx, sy, yTicks, x0, x1 } = scales(
@@ -170,6 +182,7 @@ export function curveChart({ series, title }) {
       key.style.setProperty("--key", COLORS[i % COLORS.length]);
       return key;
     }),
+    finalKeys,
   );
-  return h("figure.chart-box", { dataset: { points: String(all.length) } }, svg, legend);
+  return h("figure.chart-box", { dataset: { chart: "curve", points: String(all.length) } }, svg, legend);
 }

@@ -141,10 +141,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         hello = _hello(autostart=False)
     except errors.DaemonNotRunning:
         return _not_running(args)
-    extra: dict[str, Any] = {}
-    if "loop_get" in hello.get("capabilities", []):
-        extra["sessions"] = daemon_client.call("loop_get", {}, autostart=False)
-    _show_hello(args, hello, extra)
+    sessions = daemon_client.call("sessions_list", {}, autostart=False)["sessions"]
+    if args.json:
+        print_json({"running": True, **hello, "sessions": sessions})
+        return 0
+    _show_hello(args, hello)
+    if not sessions:
+        sys.stdout.write("sessions: none running\n")
+    for rec in sessions:
+        sys.stdout.write(
+            f"{rec['id']}  {rec['status']}  {rec['project_root']}  policy {rec['policy']}, "
+            f"max {rec['max_rounds']} rounds, best round {rec.get('best_round') or '-'}\n"
+        )
     return 0
 
 

@@ -60,12 +60,12 @@ export async function sessionsOf(root) {
 
 export function bestVsBaseline(best, baseline) {
   if (best === null || best === undefined) return h("span.muted", {}, "no metric yet");
-  const change = fmtChange(baseline, best);
+  const change = best === baseline ? "" : fmtChange(baseline, best);
   return h(
     "span.best",
     {},
     h("strong", {}, fmtNum(best)),
-    baseline !== null && baseline !== undefined ? h("span.muted", {}, ` vs ${fmtNum(baseline)}`) : null,
+    baseline === best ? h("span.muted", {}, " (baseline)") : baseline !== null && baseline !== undefined ? h("span.muted", {}, ` vs ${fmtNum(baseline)}`) : null,
     change ? h("span.change", {}, ` ${change}`) : null,
   );
 }

@@ -211,12 +211,15 @@ class ProjectEditor {
     );
   }
 
+  /** A labelled input with its error line (outside the label, so the name stays short). */
   label(text, input, path) {
-    const err = h("div.field-error", { hidden: true, id: `err-${path.replace(/[^\w]/g, "-")}` });
+    const id = `f-${path.replace(/[^\w]/g, "-")}`;
+    const err = h("div.field-error", { hidden: true, id: `${id}-err` });
+    input.id = id;
     input.dataset.path = path;
     input.setAttribute("aria-describedby", err.id);
     this.inputs.set(path, { input, err });
-    return h("label.field", {}, h("span.field-label", {}, text), input, err);
+    return h("div.field", {}, h("label.field-label", { for: id }, text), input, err);
   }
 
   text(label, path, { lines = false, area = false } = {}) {

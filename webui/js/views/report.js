@@ -6,7 +6,7 @@ import { h, replace } from "../dom.js";
 import { errorBox } from "./common.js";
 
 export function openReport(ctx, project, session) {
-  const body = h("div.report", {}, h("p.muted", {}, "Writing the report…"));
+  const body = h("div.report.dialog-body", {}, h("p.muted", {}, "Writing the report…"));
   const dialog = h(
     "dialog.report-dialog",
     { "aria-label": `${session} report` },

@@ -25,17 +25,18 @@ export function openRound(ctx, project, session, index, round, onClose) {
       "div.dialog-head",
       {},
       h("h2", {}, `Round ${index}`, round ? h("span", {}, " ", badge(round.status)) : null),
-      h("button.btn.small", { type: "button", onclick: () => close(), "aria-label": "Close" }, "Close"),
+      h("button.btn.small", { type: "button", onclick: () => dialog.close(), "aria-label": "Close" }, "Close"),
     ),
-    round ? summary(round) : null,
-    h("div.tabs", { role: "tablist" }, buttons),
-    [...panels.values()],
+    h("div.dialog-body", {}, round ? summary(round) : null, h("div.tabs", { role: "tablist" }, buttons), [...panels.values()]),
   );
   function select(name) {
     buttons.forEach((b, i) => b.setAttribute("aria-selected", String(tabs[i] === name)));
     for (const [t, p] of panels) p.hidden = t !== name;
   }
+  let closedByPage = false;
+  /** Closed by the page (navigation): no onClose, which would navigate again. */
   function close() {
+    closedByPage = true;
     clearTimeout(timer);
     if (dialog.open) dialog.close();
     dialog.remove();
@@ -43,7 +44,7 @@ export function openRound(ctx, project, session, index, round, onClose) {
   dialog.addEventListener("close", () => {
     clearTimeout(timer);
     dialog.remove();
-    onClose();
+    if (!closedByPage) onClose();
   });
   document.body.append(dialog);
   dialog.showModal();

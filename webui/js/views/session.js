@@ -6,9 +6,9 @@
 
 import { call, EventStream, roundLog, roundMetrics, fileUrl } from "../api.js";
 import { curveChart, roundChart } from "../charts.js";
-import { badge, emptyState, fmtDuration, fmtNum, fmtTime, fmtValue, h, replace } from "../dom.js";
+import { badge, emptyState, fmtChange, fmtDuration, fmtNum, fmtTime, fmtValue, h, replace } from "../dom.js";
 import { LogView } from "../logview.js";
-import { bestVsBaseline, errorBox, metricInfo } from "./common.js";
+import { errorBox, metricInfo } from "./common.js";
 import { openReport } from "./report.js";
 import { openRound } from "./round.js";
 
@@ -272,7 +272,7 @@ export class SessionView {
 
   addPoint([name, value, step, seq]) {
     if (!this.live.points.has(name)) this.live.points.set(name, new Map());
-    this.live.points.get(name).set(seq, [step ?? seq, value]);
+    this.live.points.get(name).set(seq, [step, value]);
   }
 
   // -- rendering -------------------------------------------------------------------------
@@ -352,8 +352,12 @@ export class SessionView {
     replace(
       this.cards,
       card("Round", h("div.card-value", {}, `${rounds.length} / ${s.max_rounds}`), this.running ? "running" : s.status),
-      card(`Best ${this.info.name}`, h("div.card-value", {}, bestVsBaseline(best, baseline)), s.best_round ? `round ${s.best_round} · ${this.info.goal === "max" ? "higher" : "lower"} is better` : "no best yet"),
-      card("Baseline", h("div.card-value", {}, fmtNum(baseline)), "round 1, the project's own parameters"),
+      card(
+        `Best ${this.info.name}`,
+        h("div.card-value", {}, fmtNum(best)),
+        best === null ? "no metric yet" : s.best_round === (s.baseline_round || 1) ? "the baseline so far" : `${fmtChange(baseline, best)} vs baseline · round ${s.best_round}`,
+      ),
+      card("Baseline", h("div.card-value", {}, fmtNum(baseline)), `round 1 · ${this.info.goal === "max" ? "higher" : "lower"} is better`),
       card("Session time", this.elapsedEl, s.finished_at ? `ended ${fmtTime(s.finished_at)}` : "running"),
       card("LLM use", h("div.card-value", {}, `${(s.tokens || 0).toLocaleString()} tok`), s.cost_usd ? `$${s.cost_usd.toFixed(4)}` : "no cost recorded"),
     );
@@ -458,12 +462,17 @@ export class SessionView {
   }
 
   renderCurve() {
+    // metrics with steps are curves; a value without a step (a final line) is listed
     const series = new Map();
+    const finals = new Map();
     for (const [name, bySeq] of this.live.points) {
-      series.set(name, [...bySeq.entries()].sort((a, b) => a[0] - b[0]).map((e) => e[1]));
+      const points = [...bySeq.entries()].sort((a, b) => a[0] - b[0]).map((e) => e[1]);
+      const stepped = points.filter((p) => p[0] !== null && p[0] !== undefined);
+      if (stepped.length) series.set(name, stepped);
+      else if (points.length) finals.set(name, points[points.length - 1][1]);
     }
     const title = this.live.round ? `Round ${this.live.round}: metrics as they come` : "Live metrics";
-    replace(this.curveChartBox, curveChart({ series, title }));
+    replace(this.curveChartBox, curveChart({ series, finals, title }));
   }
 
   showRound(index) {

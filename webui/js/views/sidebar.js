@@ -115,7 +115,7 @@ export class Sidebar {
           dataset: { project: root, session: s.id },
           onclick: () => this.ctx.selectProject(root),
         },
-        h("span.sid", {}, s.id.replace("session-", "#")),
+        h("span.sid", { title: s.id }, `#${s.index}`),
         statusLine(s),
         h("span.rounds", { title: "rounds run / max rounds" }, `${s.roundCount}/${s.max_rounds}`),
         bestVsBaseline(s.bestMetric, s.baselineMetric),
@@ -149,11 +149,16 @@ export class Sidebar {
             : null,
         ),
       ),
-      h("div.path", { title: root }, root),
+      h("div.path", { title: root }, shortPath(root)),
       note,
       sessions,
       start,
     );
     return card;
   }
+}
+
+/** The end of a long path, which is the part that tells projects apart. */
+function shortPath(path, max = 44) {
+  return path.length <= max ? path : `…${path.slice(path.length - max + 1)}`;
 }

@@ -1,0 +1,332 @@
+"""The dashboard in a real browser: Debian's chromium driven by Playwright.
+
+A real daemon runs a real session of the mlp-flags example against the scripted
+LLM server; the page is opened the way ``trainee webui`` opens it (the token URL)
+and used as a person would: start, watch rounds and the chart grow, open a round's
+log and decision, stop; then the project editor and the provider settings.
+Screenshots land in ``test-artifacts/webui/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from tests.conftest import REPO, Daemon, _kill_leftover_daemons, base_env
+from tests.fakes.llm_server import FakeLLM
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = REPO / "test-artifacts" / "webui"
+FAKE_KEY = "sk-webui-test-key-123456"
+HYPOTHESES = [
+    "A larger learning rate converges further within 300 epochs",
+    "More weight decay regularises the small noisy training set",
+    "Smaller batches give more updates per epoch",
+    "A learning rate between the two tried so far balances speed and noise",
+    "Less weight decay with the larger learning rate",
+]
+PLANS = [
+    {"lr": 0.003},
+    {"lr": 0.003, "weight_decay": 0.0003},
+    {"lr": 0.003, "batch_size": 8},
+    {"lr": 0.002},
+    {"lr": 0.004, "weight_decay": 0.000003},
+]
+
+if not os.path.exists(CHROMIUM):  # pragma: no cover - depends on the machine
+    if os.environ.get("CI"):
+        raise RuntimeError(f"{CHROMIUM} is missing: `make test` installs Debian's chromium")
+    pytest.skip(
+        f"{CHROMIUM} is missing (Debian package chromium; `make test` installs it)",
+        allow_module_level=True,
+    )
+
+from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+
+
+def plan_item(i: int) -> dict[str, Any]:
+    return {
+        "content": json.dumps(
+            {
+                "hypothesis": HYPOTHESES[i],
+                "change_summary": "change " + ", ".join(PLANS[i]),
+                "params": PLANS[i],
+                "expected": "val_loss below the baseline",
+                "stop": False,
+                "stop_reason": "",
+            }
+        )
+    }
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    """The live test loop_start makes, two plans, then a decision that takes its time:
+    the session sits at round 4's decision until the test stops it."""
+    script = [{"content": "OK"}, plan_item(0), plan_item(1), {"delay": 100, **plan_item(2)}]
+    with FakeLLM(script) as server:
+        yield server
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of mlp-flags whose rounds last a few seconds (300 epochs)."""
+    target = tmp_path / "mlp-flags"
+    shutil.copytree(
+        REPO / "examples" / "mlp-flags",
+        target,
+        ignore=shutil.ignore_patterns("runtime.sqlite3*", "artifacts", "runs", "logs", "cache"),
+    )
+    spec = target / ".trainee" / "project.yaml"
+    spec.write_text(spec.read_text().replace("value: 200", "value: 300"))
+    return target
+
+
+@pytest.fixture
+def llm_daemon(short_dir: Path, fake: FakeLLM) -> Iterator[Daemon]:
+    env = {
+        k: v
+        for k, v in base_env(short_dir).items()
+        if not k.startswith(("OPENAI_", "ANTHROPIC_", "MOONSHOT_", "LLM_PROVIDER"))
+    }
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.update(
+        TRAINEE_LLM_PROVIDER="openai_compatible",
+        TRAINEE_LLM_BASE_URL=fake.openai_base_url,
+        TRAINEE_LLM_MODEL="fake-model",
+        TRAINEE_LLM_API_KEY=FAKE_KEY,
+    )
+    d = Daemon(runtime=short_dir, env=env)
+    line = d.start()
+    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
+    try:
+        yield d
+    finally:
+        d.stop()
+        _kill_leftover_daemons(d)
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Watched:
+    """A page whose uncaught errors are collected (a failed fetch is reported by the page)."""
+
+    def __init__(self, browser: Browser) -> None:
+        self.page: Page = browser.new_page(viewport={"width": 1280, "height": 800})
+        self.page.set_default_timeout(60_000)
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.page.on(
+            "console",
+            lambda msg: self.errors.append(msg.text)
+            if msg.type == "error" and not msg.text.startswith("Failed to load resource")
+            else None,
+        )
+
+    def shot(self, name: str) -> None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def open_dashboard(browser: Browser, daemon: Daemon, project: Path) -> Watched:
+    w = Watched(browser)
+    w.page.goto(
+        f"{daemon.http_url}/?token={quote(daemon.token)}&project={quote(str(project), safe='')}"
+    )
+    expect(w.page.locator("#sidebar .project-card h3")).to_contain_text("mlp-flags")
+    assert daemon.token not in w.page.url, "the token must leave the address bar"
+    assert w.page.evaluate("document.cookie") == "", "the access cookie must be HttpOnly"
+    return w
+
+
+def chart_points(page: Page) -> int:
+    value = page.evaluate(
+        "() => { const f = document.querySelector('figure[data-chart=rounds]');"
+        " return f ? Number(f.dataset.points) : 0; }"
+    )
+    return int(value)
+
+
+def training_left(project: Path) -> list[str]:
+    root = str(project.resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if root in cmdline and state not in (b"Z", b"X"):
+            found.append(cmdline)
+    return found
+
+
+def test_start_watch_inspect_and_stop_a_session(
+    browser: Browser, llm_daemon: Daemon, project: Path, fake: FakeLLM
+) -> None:
+    w = open_dashboard(browser, llm_daemon, project)
+    page = w.page
+    expect(page.locator("main")).to_contain_text("No session yet")
+    w.shot("01-empty-dashboard")
+    # every value the metric chart shows, as it changes (the page is never reloaded)
+    page.evaluate(
+        """() => {
+          window.__sameDocument = true;
+          window.__chartPoints = [];
+          new MutationObserver(() => {
+            const f = document.querySelector('figure[data-chart=rounds]');
+            const n = f ? Number(f.dataset.points) : 0;
+            const seen = window.__chartPoints;
+            if (seen[seen.length - 1] !== n) seen.push(n);
+          }).observe(document.body, {subtree: true, childList: true, attributes: true});
+        }"""
+    )
+
+    form = page.locator("main form.start-form")
+    form.get_by_label("Decision policy").select_option("llm")
+    form.get_by_label("Security mode").select_option("unsafe")
+    form.get_by_label("Max rounds").fill("6")
+    form.get_by_role("button", name="Start session").click()
+
+    page.wait_for_url(re.compile(r"#/session\?"))
+    expect(page.locator("main h1")).to_have_text("mlp-flags · session-0001")
+    expect(page.locator(".live-card.running h2")).to_contain_text("Round")
+    expect(page.locator(".log-panel .log-body")).to_contain_text("epoch=", timeout=60_000)
+    expect(page.locator(".live-card .activity")).to_be_visible()
+    w.shot("02-live-round")
+
+    # rounds appear live and the chart gains points, without reloading the page
+    expect(page.locator("table.rounds tbody tr")).to_have_count(3, timeout=60_000)
+    row3 = page.locator('table.rounds tbody tr[data-round="3"]')
+    expect(row3.locator("td").nth(1)).to_contain_text("completed", timeout=60_000)
+    expect(page.locator(".live-card")).to_contain_text("Deciding the next round")
+    page.wait_for_function("() => window.__chartPoints.includes(3)")
+    seen = [n for n in page.evaluate("window.__chartPoints") if n]
+    assert seen == [1, 2, 3], seen
+    assert chart_points(page) == 3
+    assert page.evaluate("window.__sameDocument") is True
+    row2 = page.locator('table.rounds tbody tr[data-round="2"]')
+    expect(row2).to_contain_text(HYPOTHESES[0])
+    expect(row2).to_contain_text("lr")
+    expect(row2.locator("td").nth(1)).to_contain_text("completed")
+    expect(page.locator(".charts svg.chart").nth(1)).to_be_visible()  # the round's curve
+    w.shot("03-rounds-and-chart")
+
+    # a finished round: its log, its decision (prompt and raw response), its trace
+    row2.get_by_role("link").click()
+    dialog = page.locator("dialog.round-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator(".log-body")).to_contain_text("final val_loss=")
+    dialog.get_by_role("tab", name="Decision").click()
+    expect(dialog).to_contain_text(HYPOTHESES[0])
+    expect(dialog).to_contain_text("openai_compatible")
+    expect(dialog.locator("pre.raw")).to_contain_text('"lr": 0.003')
+    w.shot("04-round-decision")
+    dialog.get_by_role("tab", name="Agent trace").click()
+    expect(dialog).to_contain_text("Plan accepted")
+    dialog.get_by_role("button", name="Close").click()
+    expect(dialog).to_have_count(0)
+    assert "round=" not in page.url
+
+    # stop from the page (the session waits for its fourth decision)
+    page.get_by_role("button", name="Stop session").click()
+    expect(page.locator(".session-status .badge")).to_have_text("stopped", timeout=90_000)
+    expect(page.locator(".session-status")).to_contain_text("user stop")
+    expect(page.get_by_role("button", name="Stop session")).to_have_count(0)
+    expect(page.locator('#sidebar a.session-row[data-session="session-0001"]')).to_contain_text(
+        "stopped"
+    )
+    w.shot("05-stopped")
+
+    deadline = time.monotonic() + 15
+    while training_left(project) and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert training_left(project) == []
+    assert w.errors == []
+
+
+def test_project_editor_settings_and_llm_test(
+    browser: Browser, llm_daemon: Daemon, project: Path, fake: FakeLLM
+) -> None:
+    w = open_dashboard(browser, llm_daemon, project)
+    page = w.page
+    page.get_by_role("link", name="Edit").first.click()
+    expect(page.locator("main h1")).to_have_text("Project")
+    max_rounds = page.locator("main").get_by_label("Max rounds", exact=True)
+    expect(max_rounds).to_have_value("6")
+
+    # the server's validation message lands beside the field; nothing is written
+    before = (project / ".trainee" / "project.yaml").read_text()
+    max_rounds.fill("0")
+    page.get_by_role("button", name="Save project").click()
+    error = page.locator("#" + max_rounds.get_attribute("aria-describedby"))
+    expect(error).to_be_visible()
+    expect(error).to_contain_text(">= 1")
+    expect(max_rounds).to_have_attribute("aria-invalid", "true")
+    w.shot("06-project-validation")
+    assert (project / ".trainee" / "project.yaml").read_text() == before
+
+    max_rounds.fill("4")
+    page.get_by_role("button", name="Save project").click()
+    expect(page.locator(".save-bar")).to_contain_text("Saved")
+    saved = (project / ".trainee" / "project.yaml").read_text()
+    assert "max_rounds: 4" in saved and "# same training budget" in saved  # comments kept
+
+    # tunables: suggestions, an explicit review, then the save
+    page.get_by_role("button", name="Suggest parameters").click()
+    expect(page.locator(".suggest")).to_contain_text("hidden")
+    assert "hidden" not in (project / ".trainee" / "tuning.yaml").read_text()
+    page.get_by_role("button", name="Review selected").click()
+    expect(page.locator("ul.review")).to_contain_text("add hidden")
+    w.shot("07-tunables-review")
+    assert "hidden" not in (project / ".trainee" / "tuning.yaml").read_text()
+    page.get_by_role("button", name="Save to tuning.yaml").click()
+    expect(page.locator(".save-bar")).to_contain_text("Saved")
+    assert "name: hidden" in (project / ".trainee" / "tuning.yaml").read_text()
+
+    # provider settings: keys masked, environment overrides shown
+    page.get_by_role("link", name="Settings").click()
+    expect(page.locator("main")).to_contain_text("Environment overrides in effect")
+    expect(page.locator("main")).to_contain_text("TRAINEE_LLM_PROVIDER")
+    assert FAKE_KEY not in page.content()
+    assert FAKE_KEY[-3:] in page.locator(".overrides").inner_text()
+    w.shot("08-settings")
+
+    # /llm-test runs the live test at once
+    requests_before = len(fake.requests)
+    page.goto(f"{llm_daemon.http_url}/llm-test")
+    expect(page.locator(".test-out")).to_contain_text("answered in", timeout=60_000)
+    assert len(fake.requests) == requests_before + 1
+    w.shot("09-llm-test")
+    assert w.errors == []
