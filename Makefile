@@ -4,8 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Debian packages the tests use: bwrap (guarded rounds), systemd-analyze (unit checks).
-APT_PACKAGES := bubblewrap systemd
+# Debian packages the tests use: bwrap (guarded rounds), systemd-analyze (unit checks),
+# chromium (the browser test of the web page; Playwright drives it, nothing is downloaded).
 EXAMPLE_REQS := $(wildcard examples/*/requirements.txt)
 
 .PHONY: all venv system-deps lint test test-fast demo bench install-systemd docs clean
@@ -15,7 +15,7 @@ all: test
 $(STAMP): pyproject.toml $(EXAMPLE_REQS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]' $(addprefix -r ,$(EXAMPLE_REQS))
+	$(PY) -m pip install --quiet -e '.[dev,optuna]' $(addprefix -r ,$(EXAMPLE_REQS))
 	@touch $@
 
 venv: $(STAMP)
@@ -26,6 +26,7 @@ system-deps:
 	@missing=""; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \
