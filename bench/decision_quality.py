@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from glob import glob
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -518,8 +519,8 @@ def write_svg(
 
         parts.append(
             f'<text x="{x0 + width / 2:.1f}" y="18" text-anchor="middle" font-size="13" '
-            f'font-weight="bold">{project.name}: best {project.metric_name or "metric"} so far '
-            f"({project.goal})</text>"
+            f'font-weight="bold">{escape(project.name)}: best '
+            f"{escape(project.metric_name or 'metric')} so far ({project.goal})</text>"
         )
         parts.append(
             f'<rect x="{x0 + pad_l}" y="{pad_t}" width="{width - pad_l - pad_r}" '
@@ -572,7 +573,7 @@ def write_svg(
         y = height + 16
         parts.append(
             f'<line x1="{x}" x2="{x + 24}" y1="{y}" y2="{y}" stroke="{COLORS.get(policy, "#000")}" '
-            f'stroke-width="3"/><text x="{x + 30}" y="{y + 4}" font-size="12">{policy} '
+            f'stroke-width="3"/><text x="{x + 30}" y="{y + 4}" font-size="12">{escape(policy)} '
             f"(median)</text>"
         )
     svg = (

@@ -14,6 +14,7 @@ import json
 import os
 import select
 import signal
+import sqlite3
 import textwrap
 import time
 from collections.abc import Iterator
@@ -282,4 +283,40 @@ def test_a_readopted_round_without_its_required_metric_fails_the_session(
     assert rounds[1]["attempt"] == 0 and rounds[1]["monitor_pid"] == monitor["pid"]
     assert asked == 2, "no decision after a round that lost the required metric"
     check_outputs(project, state)
+    assert_no_training_left(project)
+
+
+def test_a_launch_the_store_never_recorded_is_ended_and_the_round_rerun(
+    daemon: Daemon, project: Path
+) -> None:
+    """The daemon died after starting round 2's monitor but before recording it: the
+    store has round 2 pending with no monitor, while the monitor runs. The next daemon
+    ends that launch (no second copy of the job runs beside it) and runs round 2 again."""
+    with FakeLLM(SCRIPT) as fake:
+        env = llm_env(daemon.env, fake)
+        _, monitor = _kill_daemon_mid_round_2(daemon, project, env)
+        database = project / ".trainee" / "runtime.sqlite3"
+        with sqlite3.connect(database) as db:
+            db.execute(
+                "UPDATE rounds SET status = 'pending', monitor_pid = NULL,"
+                " monitor_start_time = NULL, started_at = NULL, command = ''"
+                ' WHERE session = 1 AND "index" = 2'
+            )
+        db.close()
+        restarted = Daemon(runtime=daemon.runtime, env=daemon.env)
+        try:
+            assert restarted.start().startswith("READY"), restarted.log
+            state = wait_finished(env, project)
+            asked = len(fake.requests)
+        finally:
+            restarted.stop()
+
+    _check_three_rounds(project, state)
+    assert "ending a launch that was never recorded" in restarted.log
+    assert state["rounds"][1]["attempt"] == 1
+    assert _starts(project) == [0.1, HOLD_LR, HOLD_LR, 0.05]
+    assert asked == 3
+    assert not _alive(monitor["pid"]) and not _alive(monitor["child_pid"])
+    log = (artifacts(project) / "round-0002.log").read_text()
+    assert "step 0 " in log and log.count("final val_loss=") == 1
     assert_no_training_left(project)

@@ -211,7 +211,15 @@ def test_pages_are_served_without_the_token_and_hold_no_secret(web_daemon: Daemo
             r = http.get(path)
             assert r.status_code == 200, path
             assert web_daemon.token not in r.text
-        assert http.get("/static/../trainee/__init__.py").status_code == 404
+    for path in (
+        "/static/../trainee/__init__.py",
+        "/static/..%2F..%2Ftrainee%2F__init__.py",
+        "/static/%2E%2E/%2E%2E/pyproject.toml",
+        "/static//etc/passwd",
+    ):
+        status, body = raw_get(web_daemon, path)
+        assert status == 404, (path, status)
+        assert b"__version__" not in body and b"root:" not in body, path
 
 
 def test_web_files_fetch_nothing_from_outside() -> None:
@@ -282,7 +290,10 @@ def test_foreign_origin_cannot_change_state(web_daemon: Daemon, tmp_path: Path) 
             headers=evil,
         )
         assert r.status_code == 403
-        assert http.put("/api/runtime/system-prompt", json={"prompt": "x"}, headers=evil).status_code == 403
+        assert (
+            http.put("/api/runtime/system-prompt", json={"prompt": "x"}, headers=evil).status_code
+            == 403
+        )
         assert http.post("/rpc", content=b"{}", headers={"Origin": "null"}).status_code == 403
         assert tool(http, "runtime_system_prompt_get")["is_default"] is True
 
@@ -313,7 +324,10 @@ def test_openapi_is_generated_from_the_registry(web_daemon: Daemon) -> None:
         "/rpc",
     ):
         assert path in paths, path
-    assert "text/event-stream" in paths["/api/sessions/{session}/events"]["get"]["responses"]["200"]["content"]
+    assert (
+        "text/event-stream"
+        in paths["/api/sessions/{session}/events"]["get"]["responses"]["200"]["content"]
+    )
     assert set(doc["components"]["securitySchemes"]) == {"bearer", "tokenHeader", "cookie"}
     op_ids = [op["operationId"] for item in paths.values() for op in item.values()]
     assert len(op_ids) == len(set(op_ids))
@@ -355,8 +369,13 @@ def test_round_log_offset_length_and_tail(finished: tuple[Daemon, Path]) -> None
         assert end["data"].encode() == content[-20:]
         assert http.get(base + "&tail=0").status_code == 400
         assert http.get(base + "&offset=abc").status_code == 400
-        assert http.get(f"/api/sessions/{SESSION}/rounds/9/log?project_root={root}").status_code == 404
-        assert http.get(f"/api/sessions/{SESSION}/rounds/1/log?project_root=relative").status_code == 400
+        assert (
+            http.get(f"/api/sessions/{SESSION}/rounds/9/log?project_root={root}").status_code == 404
+        )
+        assert (
+            http.get(f"/api/sessions/{SESSION}/rounds/1/log?project_root=relative").status_code
+            == 400
+        )
 
 
 def test_round_metrics_and_projects(finished: tuple[Daemon, Path]) -> None:
@@ -387,7 +406,13 @@ def test_downloads_serve_only_the_allow_list(finished: tuple[Daemon, Path]) -> N
     (project / ".trainee" / "secret.txt").write_text(secret)
     (folder / "notes.txt").write_text(secret)
     with client(daemon) as http:
-        for name in ("report.md", "result_ledger.csv", "result_ledger.jsonl", "research_state.json", "round-0002.log"):
+        for name in (
+            "report.md",
+            "result_ledger.csv",
+            "result_ledger.jsonl",
+            "research_state.json",
+            "round-0002.log",
+        ):
             r = http.get(f"/api/sessions/{SESSION}/files/{name}?project_root={root}")
             assert r.status_code == 200, name
             assert r.content == (folder / name).read_bytes(), name
@@ -441,7 +466,9 @@ def test_events_replay_from_the_store_match_it(finished: tuple[Daemon, Path]) ->
         finally:
             sse.close()
     assert [(e["id"], e["kind"]) for e in got] == stored
-    assert all(e["session"] == SESSION and e["data"]["project"] == str(project.resolve()) for e in got)
+    assert all(
+        e["session"] == SESSION and e["data"]["project"] == str(project.resolve()) for e in got
+    )
     kinds = {k for _, k in stored}
     assert {"session.started", "round.started", "output", "metric", "round.finished"} <= kinds
     assert not any(daemon.token in json.dumps(e) for e in got)
@@ -532,7 +559,10 @@ def test_bad_event_stream_requests(web_daemon: Daemon, tmp_path: Path) -> None:
             headers={"Last-Event-ID": "abc"},
         )
         assert r.status_code == 400 and "Last-Event-ID" in r.json()["error"]["message"]
-        assert http.get(f"/api/sessions/{SESSION}/events?project_root={root}&since=-1").status_code == 400
+        assert (
+            http.get(f"/api/sessions/{SESSION}/events?project_root={root}&since=-1").status_code
+            == 400
+        )
         assert http.get(f"/api/sessions/{SESSION}/events").status_code == 400  # no project
         assert not (tmp_path / ".trainee").exists(), "a stream request must create nothing"
 

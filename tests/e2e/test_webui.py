@@ -147,9 +147,11 @@ class Watched:
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
         self.page.on(
             "console",
-            lambda msg: self.errors.append(msg.text)
-            if msg.type == "error" and not msg.text.startswith("Failed to load resource")
-            else None,
+            lambda msg: (
+                self.errors.append(msg.text)
+                if msg.type == "error" and not msg.text.startswith("Failed to load resource")
+                else None
+            ),
         )
 
     def shot(self, name: str) -> None:
@@ -162,7 +164,7 @@ def open_dashboard(browser: Browser, daemon: Daemon, project: Path) -> Watched:
     w.page.goto(
         f"{daemon.http_url}/?token={quote(daemon.token)}&project={quote(str(project), safe='')}"
     )
-    expect(w.page.locator("#sidebar .project-card h3")).to_contain_text("mlp-flags")
+    expect(w.page.locator("#sidebar .project-card h3")).to_contain_text(project.name)
     assert daemon.token not in w.page.url, "the token must leave the address bar"
     assert w.page.evaluate("document.cookie") == "", "the access cookie must be HttpOnly"
     return w
@@ -329,4 +331,61 @@ def test_project_editor_settings_and_llm_test(
     expect(page.locator(".test-out")).to_contain_text("answered in", timeout=60_000)
     assert len(fake.requests) == requests_before + 1
     w.shot("09-llm-test")
+    assert w.errors == []
+
+
+FLOOD = """
+import sys, time
+rate, seconds = 10_000, 3.0
+start = time.monotonic()
+for i in range(int(rate * seconds)):
+    sys.stdout.write(f"step={i} tokens/s=1234.5 grad_norm=0.42 a line of a busy training log\\n")
+    if i % 500 == 499:
+        sys.stdout.flush()
+        delay = start + (i + 1) / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+print("final score=0.5")
+"""
+
+
+def test_a_flooding_round_keeps_the_log_view_bounded(
+    browser: Browser, llm_daemon: Daemon, tmp_path: Path
+) -> None:
+    """10,000 lines/s: the events arrive in batches and the DOM keeps the last 2,000 lines."""
+    project = tmp_path / "flood"
+    (project / ".trainee").mkdir(parents=True)
+    (project / "flood.py").write_text(FLOOD)
+    (project / ".trainee" / "project.yaml").write_text(
+        "version: 1\nlaunch:\n  command: [python, flood.py]\nrun:\n  max_rounds: 1\n"
+        "metrics:\n  specs:\n    - name: score\n      source: stdout_regex\n"
+        "      key_or_pattern: 'final score=(?P<value>[0-9.]+)'\n"
+        "advanced:\n  security_mode: unsafe\n"
+    )
+    (project / ".trainee" / "tuning.yaml").write_text("version: 1\nparams: []\n")
+    w = open_dashboard(browser, llm_daemon, project)
+    page = w.page
+    form = page.locator("main form.start-form")
+    form.get_by_label("Decision policy").select_option("random")
+    form.get_by_role("button", name="Start session").click()
+    page.wait_for_url(re.compile(r"#/session\?"))
+    body = page.locator(".log-panel .log-body")
+    expect(body).to_contain_text("step=", timeout=60_000)
+    page.evaluate(
+        """() => {
+          window.__maxLines = 0;
+          const body = document.querySelector('.log-panel .log-body');
+          new MutationObserver(() => {
+            window.__maxLines = Math.max(window.__maxLines, body.childElementCount);
+          }).observe(body, {childList: true});
+        }"""
+    )
+    expect(page.locator(".session-status .badge")).to_have_text("finished", timeout=60_000)
+    assert 0 < page.evaluate("window.__maxLines") <= 2000
+    assert body.locator(".log-line").count() <= 2000
+    # more lines were printed than travelled live: the rest is in the full log
+    expect(page.locator(".log-panel .log-count")).to_contain_text("not shown live")
+    page.locator(".log-panel .log-search").fill("final score")
+    expect(body.locator(".log-line")).to_have_count(1)
+    w.shot("10-flood")
     assert w.errors == []

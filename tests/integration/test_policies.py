@@ -13,15 +13,19 @@ daemon.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
+import os
 import select
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -293,6 +297,73 @@ def test_tpe_knows_the_baseline_and_every_result_failed_ones_included(spec: Proj
     assert state.best is not None and view.best[0].round == state.best.index
     assert set(view.importances) <= {t.name for t in spec.tunables}
     assert view.importances and abs(sum(view.importances.values()) - 1.0) < 1e-6
+
+
+SMALL_TUNING = """\
+version: 1
+params:
+  - {name: shuffle, flag: --shuffle, type: bool, default: true}
+  - {name: optimizer, flag: --optimizer, type: choice, default: adam, choices: [sgd, adam, adamw]}
+"""
+
+
+@pytest.mark.parametrize("name", OFFLINE)
+def test_a_small_discrete_space_is_covered_once_then_the_policy_stops(
+    tmp_path: Path, name: str
+) -> None:
+    """Six points: the baseline and five distinct proposals, then a stop plan (TPE keeps
+    asking past its repeats, then fills with seeded random points, then gives up)."""
+    root = tmp_path / "mlp-flags"
+    shutil.copytree(
+        REPO / "examples" / "mlp-flags", root, ignore=shutil.ignore_patterns(".trainee")
+    )
+    (root / ".trainee").mkdir()
+    shutil.copy(REPO / "examples" / "mlp-flags" / ".trainee" / "project.yaml", root / ".trainee")
+    (root / ".trainee" / "tuning.yaml").write_text(SMALL_TUNING)
+    small = load_project(str(root))
+    baseline = baseline_of(small)
+    policy = make(name, 1)
+    state = new_state("val_loss", "min")
+    seen = [dict(baseline)]
+
+    async def main() -> Proposal:
+        nonlocal state
+        for index in range(1, 8):
+            params = dict(baseline)
+            if index > 1:
+                proposal = await policy.propose(state, small.tunables, baseline)
+                if proposal.plan.stop:
+                    return proposal
+                params = full_params(baseline, proposal.plan)
+                seen.append(params)
+            value = 0.3 + 0.1 * params["shuffle"] + 0.01 * len(params["optimizer"])
+            state, _ = record_round(
+                state,
+                RoundSummary(
+                    index=index,
+                    status="completed",
+                    params=params,
+                    diff={},
+                    metric=value,
+                    metrics={},
+                    hypothesis="",
+                    expected="",
+                    verdict=None,
+                    verdict_reason="",
+                    duration_sec=0.1,
+                    failure_tail=[],
+                ),
+            )
+            if index > 1:
+                policy.observe(params, value, "completed")
+        pytest.fail("no stop plan after the six points were tried")
+
+    stop = anyio.run(main)
+    assert len(seen) == 6
+    assert {(p["shuffle"], p["optimizer"]) for p in seen} == {
+        (b, o) for b in (False, True) for o in ("sgd", "adam", "adamw")
+    }
+    assert stop.plan.stop_reason
 
 
 # -- hybrid against the fake LLM server ----------------------------------------------------
@@ -601,3 +672,53 @@ def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
     # the store keeps a digest of the prompt (debug mode off): it is the prompt sent
     stored = {m["role"]: m for m in decision["prompt"]}
     assert stored["user"]["sha256"] == hashlib.sha256(prompt.encode()).hexdigest()
+
+
+# -- the decision-quality benchmark ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_end_to_end_on_both_examples(tmp_path: Path) -> None:
+    vendor = ("TRAINEE_", "OPENAI_", "ANTHROPIC_", "MOONSHOT_", "LLM_PROVIDER")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(vendor)}
+    env["HOME"] = str(tmp_path / "home")  # no provider configured: llm and hybrid are skipped
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    out = tmp_path / "out"
+    args = ["--seeds", "2", "--budgets", "2,4", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "bench/decision_quality.py", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    text = proc.stdout
+    assert "2 project(s) x 2 policies (random, tpe) x 2 seeds, 4 rounds each" in text
+    assert "llm and hybrid skipped" in text
+    for name in ("mlp-flags", "yaml-config"):
+        assert f"\n{name}: val_loss (min), baseline " in text
+    with open(out / "runs.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 * 2 * 2 * 4
+    assert {(r["project"], r["policy"]) for r in rows} == {
+        (p, q) for p in ("mlp-flags", "yaml-config") for q in ("random", "tpe")
+    }
+    for r in rows:
+        assert r["status"] == "completed" and float(r["metric"]) > 0
+        assert float(r["best_so_far"]) <= float(r["metric"])
+    baselines = {r["metric"] for r in rows if r["round"] == "1" and r["project"] == "mlp-flags"}
+    assert len(baselines) == 1  # every run starts from the same baseline round
+    with open(out / "summary.csv", newline="") as fh:
+        summary = list(csv.DictReader(fh))
+    assert len(summary) == 2 * 2 * 2
+    for s in summary:
+        if s["policy"] == "random":
+            assert float(s["regret_ratio_vs_random"]) == 1.0
+        assert float(s["median_regret"]) >= 0
+    svg = ET.parse(out / "best_so_far.svg").getroot()
+    assert svg.tag.endswith("svg")
+    titles = [t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert any(t.startswith("mlp-flags: best val_loss so far") for t in titles)
+    assert any(t.startswith("yaml-config: best val_loss so far") for t in titles)

@@ -14,6 +14,7 @@ import trainee
 from trainee.api.context import CallContext
 from trainee.api.registry import Registry
 from trainee.errors import InvalidParams, InvalidState, NotFound
+from trainee.launch.layout import ProjectLayout, parse_session_id
 from trainee.spec import wire as w
 
 registry = Registry()
@@ -110,7 +111,7 @@ async def events_watch(ctx: CallContext, params: w.EventsWatchParams) -> w.Event
                     # Drain what is already queued so a burst travels in one frame.
                     while len(batch) < 500:
                         try:
-                            batch.append(sub._receive.receive_nowait())
+                            batch.append(sub.receive_nowait())
                         except (anyio.WouldBlock, anyio.EndOfStream):
                             break
                     await notify("events", {"watch_id": watch_id, "events": batch})
@@ -196,7 +197,8 @@ async def logs_tail(ctx: CallContext, params: w.LogsTailParams) -> w.LogsTailRes
             {"field": "session", "reason": "bad session id"},
         )
     root = _project_root(ctx, params.project_root)
-    path = root / ".trainee" / "artifacts" / params.session / f"round-{params.round:04d}.log"
+    session = ProjectLayout.for_root(root).session(parse_session_id(params.session))
+    path = session.round(params.round).log
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size

@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("trainee.cli.commands.session:cmd_logs", "print a round's log (-f to follow)"),
     "report": ("trainee.cli.commands.session:cmd_report", "write a session's report"),
     "webui": ("trainee.cli.commands.daemon:cmd_webui", "open the web dashboard"),
+    "mcp": ("trainee.cli.commands.mcp:cmd_mcp", "serve MCP over stdio for coding agents"),
 }
 
 
@@ -130,6 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("report")
     p.add_argument("session")
     p.add_argument("--output", default=None, metavar="FILE")
+
+    p = add("mcp")
+    p.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        default="WARNING",
+        help="what to log on stderr (default WARNING)",
+    )
     return parser
 
 

@@ -3,8 +3,8 @@
 The tool API can start commands, so a web page the user happens to visit must
 not be able to reach it: requests must carry the daemon's Host (DNS
 rebinding), a state-changing request from a browser must come from the page's
-own Origin (cross-site POST), and every ``/api`` and ``/rpc`` request must
-carry the access token (bearer header or the cookie the web page gets). A page
+own Origin (cross-site POST), and every ``/api``, ``/rpc`` and ``/mcp`` request
+must carry the access token (bearer header or the cookie the web page gets). A page
 URL carrying ``?token=`` (what ``trainee webui`` opens) trades it for an
 HttpOnly SameSite=Strict cookie and redirects to the same URL without it.
 """
@@ -173,7 +173,7 @@ class Guard:
 
 
 def _is_api(path: str) -> bool:
-    return path == "/rpc" or path == "/api" or path.startswith("/api/")
+    return path in ("/rpc", "/api", "/mcp") or path.startswith(("/api/", "/mcp/"))
 
 
 def _with_security_headers(send: Send) -> Send:

@@ -36,6 +36,7 @@ from trainee.daemon.http import (
 )
 from trainee.daemon.socket_server import bind_unix_socket, prepare_socket_dir, serve_socket
 from trainee.daemon.web import WebUI
+from trainee.mcp.http import McpEndpoint
 from trainee.rpc.protocol import Dispatcher
 from trainee.session.bus import EventBus
 from trainee.session.manager import SessionManager
@@ -168,15 +169,21 @@ async def _serve(config: DaemonConfig) -> int:
     token = load_or_create_token(token_path(config.socket_path))
     hosts = allowed_hosts_for(config.host, port)
     web = WebUI(registry, services)
+    mcp = McpEndpoint(registry, services)
     app = build_app(
         registry,
         dispatcher,
         services,
         token=token,
         allowed_hosts=lambda: hosts,
-        extra_routes=web.routes,
+        extra_routes=[mcp.route, *web.routes],
     )
-    http = HttpServer(app, http_sock, on_stop=web.close)
+
+    def end_streams() -> None:
+        web.close()
+        mcp.close()
+
+    http = HttpServer(app, http_sock, on_stop=end_streams)
 
     def remove_socket() -> None:
         if activated is None:
@@ -187,6 +194,7 @@ async def _serve(config: DaemonConfig) -> int:
         tg.start_soon(_watch_signals, shutdown)
         await tg.start(manager.run)
         await tg.start(serve_socket, unix_sock, dispatcher, services)
+        await tg.start(mcp.run)
         http_done = anyio.Event()
 
         async def run_http(*, task_status: anyio.abc.TaskStatus[None]) -> None:

@@ -85,10 +85,6 @@ def control_frame(kind: str, data: dict[str, Any], event_id: int | None = None) 
     return head + b"event: " + kind.encode() + b"\ndata: " + msgspec.json.encode(data) + b"\n\n"
 
 
-class _Query(msgspec.Struct, kw_only=True):
-    project_root: str | None = None
-
-
 class WebUI:
     """The dashboard's routes; ``close()`` ends every open event stream (daemon shutdown)."""
 
@@ -407,11 +403,9 @@ class WebUI:
                         if store is None:
                             yield control_frame("gap", {"after": cursor, "oldest": oldest})
                         else:
-                            async for chunk, last in self._from_store(
-                                store, session, cursor, oldest
-                            ):
-                                yield chunk
-                                cursor = last
+                            while page := await _stored_page(store, session, cursor, oldest):
+                                yield encode_events(page)
+                                cursor = page[-1].id
                     mine = [e for e in backlog if self._same_project(e, root)]
                     for start in range(0, len(mine), BATCH_MAX):
                         part = mine[start : start + BATCH_MAX]
@@ -430,24 +424,15 @@ class WebUI:
                 self._streams.discard(sub)
                 sub.close()
 
-    @staticmethod
-    async def _from_store(
-        store: Store, session: str, cursor: int, below: int
-    ) -> AsyncIterator[tuple[bytes, int]]:
-        """Stored events of ``session`` with ``cursor < id < below``, in pages."""
-        while True:
-            try:
-                page = await store.events_since(cursor, session=session, limit=STORE_PAGE)
-            except TraineeError:
-                log.exception("reading stored events of %s failed", session)
-                return
-            page = [e for e in page if e.id < below]
-            if not page:
-                return
-            yield encode_events(page), page[-1].id
-            cursor = page[-1].id
-            if len(page) < STORE_PAGE:
-                return
+
+async def _stored_page(store: Store, session: str, cursor: int, below: int) -> list[Event]:
+    """The next stored events of ``session`` with ``cursor < id < below`` ([] when done)."""
+    try:
+        page = await store.events_since(cursor, session=session, limit=STORE_PAGE)
+    except TraineeError:
+        log.exception("reading stored events of %s failed", session)
+        return []
+    return [e for e in page if e.id < below]
 
 
 async def _batches(sub: Subscription) -> AsyncIterator[list[Event]]:

@@ -52,6 +52,10 @@ class Subscription:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             self.dropped = True
 
+    def receive_nowait(self) -> Event:
+        """The next queued event without waiting (anyio.WouldBlock when none is queued)."""
+        return self._receive.receive_nowait()
+
     async def __aiter__(self) -> AsyncIterator[Event]:
         async for event in self._receive:
             yield event

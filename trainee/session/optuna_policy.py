@@ -80,7 +80,8 @@ class KnownPoint:
 
 @dataclass(frozen=True)
 class Suggestion:
-    """One point the optimizer asked for: the searched params (rounded) and its trial."""
+    """One point the optimizer asked for: the searched params (rounded) and its trial
+    number (-1: a seeded random point, when TPE only repeated tried points)."""
 
     params: dict[str, Any]
     trial: int
@@ -231,7 +232,9 @@ class TpePolicy:
         s = suggestions[0]
         full = effective_params(dict(baseline), s.params)
         summary = format_diff(params_diff(dict(baseline), full))
-        if s.startup:
+        if s.trial < 0:
+            summary += " (a random point: TPE only repeated tried points)"
+        elif s.startup:
             summary += (
                 f" (random start-up draw: TPE models the space after {self.startup_trials} results)"
             )
@@ -242,7 +245,7 @@ class TpePolicy:
             expected=_expected(state),
         )
         notes.append(
-            f"study trial {s.trial}: {len(known)} known results, "
+            f"tpe: trial {s.trial} of a study of {len(known)} known result(s), "
             f"sampler seed {self._sampler_seed(len(known))}"
         )
         return Proposal(plan=plan, policy=self.name, notes=notes)

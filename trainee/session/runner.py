@@ -19,7 +19,13 @@ from typing import Any
 import anyio
 import msgspec
 
-from trainee.errors import InvalidDecision, ProviderError, SandboxError, TraineeError
+from trainee.errors import (
+    InvalidDecision,
+    LaunchError,
+    ProviderError,
+    SandboxError,
+    TraineeError,
+)
 from trainee.launch.layout import ProjectLayout, RoundLayout, SessionLayout
 from trainee.launch.render import render_round
 from trainee.launch.sandbox import check_bwrap, wrap
@@ -30,6 +36,7 @@ from trainee.monitor.process import (
     is_alive,
     kill_orphans,
     read_exit,
+    read_state,
     request_stop,
     spawn_round,
     wait_exit,
@@ -448,12 +455,23 @@ class SessionRunner:
             )
             self.emit("round.readopted", {"round": rec.index, "pid": handle.pid})
             return await self._watch_round(spec, rec, rnd, handle, readopted=True)
-        if rec.status == "running":
+        stray = None if rec.status == "running" else _unrecorded_launch(rnd)
+        if rec.status == "running" or stray is not None:
+            if stray is not None:
+                # Launched, but the daemon died before recording the launch: end that
+                # launch and run the round again from a clean start.
+                handle = stray
+                log.info(
+                    "%s round %d: ending a launch that was never recorded (pid %d)",
+                    self.record.id,
+                    rec.index,
+                    stray.pid,
+                )
             log.info("%s round %d: its monitor is gone; re-running it", self.record.id, rec.index)
             if handle is not None:
                 # The job of the lost attempt may outlive its monitor: it must not run on
                 # beside the new attempt.
-                killed = await anyio.to_thread.run_sync(kill_orphans, handle)
+                killed = await _end_launch(handle)
                 if killed:
                     log.warning(
                         "%s round %d: killed %d leftover processes of the lost attempt",
@@ -721,6 +739,32 @@ def _fill(pattern: str, placeholders: Mapping[str, str], spec: ProjectSpec) -> s
     if not text.startswith("/"):
         text = str(spec.root_path / text)
     return text
+
+
+def _unrecorded_launch(rnd: RoundLayout) -> RoundHandle | None:
+    """The monitor named in the folder of a round the store still has as pending."""
+    try:
+        state = read_state(rnd.monitor_file)
+    except LaunchError:
+        return None
+    if state is None:
+        return None
+    return RoundHandle(
+        pid=state.pid,
+        start_time=state.start_time,
+        log=str(rnd.log),
+        index=str(rnd.log_index),
+        exit_file=str(rnd.exit_file),
+        state_file=str(rnd.monitor_file),
+    )
+
+
+async def _end_launch(handle: RoundHandle) -> list[int]:
+    """Stop a launch still under its monitor, then kill what its job left; the pids killed."""
+    if is_alive(handle):
+        request_stop(handle)
+        await wait_exit(handle)
+    return await anyio.to_thread.run_sync(kill_orphans, handle)
 
 
 def _clear_round_files(rnd: RoundLayout) -> None:

@@ -143,6 +143,8 @@ class ProjectRegisterParams(Wire):
     output: dict[str, Any] = msgspec.field(default_factory=dict)
     metrics: dict[str, Any] = msgspec.field(default_factory=dict)
     advanced: dict[str, Any] = msgspec.field(default_factory=dict)
+    llm: dict[str, Any] = msgspec.field(default_factory=dict)
+    decision: dict[str, Any] = msgspec.field(default_factory=dict)
     tuning: dict[str, Any] = msgspec.field(default_factory=dict)
 
 

@@ -48,7 +48,6 @@ export class LogView {
 
   /** Add lines ([{stream, text}] or strings); ``skipped`` = lines the server left out. */
   append(lines, skipped = 0) {
-    if (skipped) this.pushLine({ text: `… ${skipped} lines not shown live (see the full log)`, note: true });
     this.skipped += skipped;
     for (const line of lines) {
       this.pushLine(typeof line === "string" ? { text: line } : { text: line.text, err: line.stream === "stderr" });
@@ -59,8 +58,7 @@ export class LogView {
       this.updateCount();
       return;
     }
-    const fresh = Math.min(lines.length + (skipped ? 1 : 0), this.maxLines);
-    this.renderTail(fresh);
+    this.renderTail(Math.min(lines.length, this.maxLines));
   }
 
   /** Replace everything by ``text`` (a chunk of a log file). */
@@ -106,7 +104,7 @@ export class LogView {
   }
 
   row(line) {
-    const el = h(`div.log-line${line.err ? ".err" : ""}${line.note ? ".note" : ""}`);
+    const el = h(`div.log-line${line.err ? ".err" : ""}`);
     if (!this.term) {
       el.textContent = line.text || "\u00a0";
       return el;
@@ -147,6 +145,7 @@ export class LogView {
     let text = `${this.lines.length.toLocaleString()} lines kept`;
     if (this.term) text = `${shown.toLocaleString()} matching · ` + text;
     if (this.pending) text += ` · ${this.pending.toLocaleString()} new while paused`;
+    if (this.skipped) text += ` · ${this.skipped.toLocaleString()} not shown live (in the full log)`;
     this.count.textContent = text;
   }
 

@@ -103,7 +103,7 @@ export function startForm(ctx, root, { onStarted } = {}) {
   const mode = h(
     "select",
     { name: "mode", "aria-label": "Security mode" },
-    h("option", { value: "" }, "mode from project.yaml"),
+    h("option", { value: "", title: "the security mode of project.yaml" }, "project's mode"),
     h("option", { value: "guarded" }, "guarded (bwrap)"),
     h("option", { value: "unsafe" }, "unsafe"),
   );

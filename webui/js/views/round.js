@@ -227,9 +227,11 @@ function paramsTable(params, diff) {
 function traceView(found, round) {
   const d = found && found.decision;
   const steps = [];
-  if (d) {
+  if (d && !(d.prompt || []).length && !d.provider) {
+    steps.push([`Proposed by the ${d.policy} policy`, d.plan ? d.plan.change_summary || "" : ""]);
+  } else if (d) {
     const prompt = d.prompt || [];
-    steps.push(["Prompt composed", `${prompt.length} messages${d.policy === "llm" ? "" : ` (policy ${d.policy})`}`]);
+    steps.push(["Prompt composed", `${prompt.length} messages`]);
     steps.push(["Asked", `${d.provider || d.policy}${d.model ? ` / ${d.model}` : ""} · ${fmtNum(d.latency_sec, 3)} s`]);
     if ((d.problems || []).length) {
       steps.push([

@@ -13,6 +13,7 @@ import { openReport } from "./report.js";
 import { openRound } from "./round.js";
 
 const LIVE_TAIL_LINES = 500;
+const CURVE_MS = 500;
 const ACTIVE_SEC = 5;
 const QUIET_WARN_SEC = 60;
 const DOWNLOADS = [
@@ -71,6 +72,7 @@ export class SessionView {
     this.stream.close();
     clearInterval(this.timer);
     clearTimeout(this.reloadTimer);
+    clearTimeout(this.curveTimer);
     this.closeRound();
   }
 
@@ -184,6 +186,7 @@ export class SessionView {
       case "decision":
         this.decision = d;
         this.dirty.add("live");
+        this.reloadSoon(); // tokens and cost live in the session record
         break;
       case "round.started":
         this.rounds.set(d.round, {
@@ -251,6 +254,7 @@ export class SessionView {
           this.session.stop_reason = d.stop_reason;
           this.session.error = d.error;
           this.session.best_round = d.best_round;
+          this.session.finished_at = this.session.finished_at || e.ts;
         }
         this.running = false;
         ["head", "live", "table", "chart"].forEach((k) => this.dirty.add(k));
@@ -288,7 +292,7 @@ export class SessionView {
     if (this.dirty.has("live")) this.renderLive();
     if (this.dirty.has("table")) this.renderTable();
     if (this.dirty.has("chart")) this.renderRoundChart();
-    if (this.dirty.has("curve")) this.renderCurve();
+    if (this.dirty.has("curve")) this.renderCurveSoon();
     this.dirty.clear();
   }
 
@@ -368,7 +372,8 @@ export class SessionView {
     const rounds = this.sortedRounds();
     const current = rounds.find((r) => r.status === "running" || r.status === "pending");
     if (!current) {
-      const next = this.running && this.decision ? this.decision : null;
+      const last = rounds.length ? rounds[rounds.length - 1].index : 0;
+      const next = this.running && this.decision && this.decision.round > last ? this.decision : null;
       replace(
         this.liveCard,
         h("h2", {}, this.running ? "Deciding the next round…" : "No round running"),
@@ -459,6 +464,17 @@ export class SessionView {
         maxRounds: this.session.max_rounds,
       }),
     );
+  }
+
+  /** The curve is redrawn at most every CURVE_MS: points can come by the hundred a second. */
+  renderCurveSoon() {
+    if (this.curveTimer) return;
+    const wait = Math.max(0, (this.curveAt || 0) + CURVE_MS - performance.now());
+    this.curveTimer = setTimeout(() => {
+      this.curveTimer = null;
+      this.curveAt = performance.now();
+      this.renderCurve();
+    }, wait);
   }
 
   renderCurve() {

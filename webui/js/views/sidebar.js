@@ -104,7 +104,9 @@ export class Sidebar {
     const running = sessions.some((s) => s.status === "running");
     card.el.classList.toggle("selected", this.ctx.selectedProject === root);
     card.dot.hidden = !running;
+    card.remove.hidden = !project.local; // the daemon's own projects stay
     card.start.hidden = running;
+    if (running) card.start.open = false;
     if (!sessions.length && this.ctx.selectedProject === root && !card.touched) card.start.open = true;
     replace(card.note, problem && problem.status !== 404 ? problem.message : "");
     const rows = sessions.slice(0, SESSIONS_SHOWN).map((s) =>
@@ -131,7 +133,12 @@ export class Sidebar {
     const sessions = h("div.sessions");
     const note = h("div.muted.small");
     const start = h("details.start", {}, h("summary", {}, "Start a session"), startForm(this.ctx, root));
-    const card = { dot, sessions, note, start, touched: false };
+    const remove = h(
+      "button.link",
+      { type: "button", title: "forget this project in this browser", onclick: () => { this.ctx.forgetProject(root); this.cards.delete(root); this.refresh(); } },
+      "Remove",
+    );
+    const card = { dot, sessions, note, start, remove, touched: false };
     start.addEventListener("toggle", () => (card.touched = true));
     card.el = h(
       "section.project-card",
@@ -144,9 +151,7 @@ export class Sidebar {
           "span.project-links",
           {},
           h("a", { href: `#/project?root=${encodeURIComponent(root)}`, title: "edit project.yaml and tuning.yaml" }, "Edit"),
-          project.local
-            ? h("button.link", { type: "button", onclick: () => { this.ctx.forgetProject(root); this.cards.delete(root); this.refresh(); } }, "Remove")
-            : null,
+          remove,
         ),
       ),
       h("div.path", { title: root }, shortPath(root)),
