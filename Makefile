@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # chromium (the browser test of the web page; Playwright drives it, nothing is downloaded).
 EXAMPLE_REQS := $(wildcard examples/*/requirements.txt)
 
-.PHONY: all venv system-deps lint test test-fast demo bench install-systemd docs clean
+.PHONY: all venv system-deps lint test test-fast demo bench bench-decisions install-systemd docs clean
 
 all: test
 
@@ -54,6 +54,9 @@ demo: $(STAMP) system-deps
 
 bench: $(STAMP) system-deps
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+bench-decisions: $(STAMP)
+	$(PY) bench/decision_quality.py
 
 install-systemd:
 	bash systemd/install.sh "$$(command -v trainee || echo $(abspath $(VENV))/bin/trainee)"

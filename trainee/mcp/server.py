@@ -334,7 +334,13 @@ class TraineeMcp:
             async def send(uri: str) -> None:
                 await session.send_resource_updated(uri)
 
-            await self._start(ctx.lifespan_context, ref, send, key)
+            scope = self._subscriptions[key] = anyio.CancelScope()
+            try:
+                await self._start(ctx.lifespan_context, ref, send, scope)
+            except BaseException:
+                if self._subscriptions.get(key) is scope:
+                    del self._subscriptions[key]
+                raise
         return types.EmptyResult()
 
     async def _unsubscribe(
@@ -357,7 +363,7 @@ class TraineeMcp:
 
         async with anyio.create_task_group() as tg:
             for ref in refs:
-                await self._start(tg, ref, send, None)
+                await self._start(tg, ref, send, anyio.CancelScope())
             try:
                 result = await ListenHandler(bus)(ctx, params)
             finally:
@@ -365,14 +371,14 @@ class TraineeMcp:
         return result
 
     async def _start(
-        self, tg: TaskGroup, ref: ResourceRef, send: Send, key: tuple[str, str] | None
+        self, tg: TaskGroup, ref: ResourceRef, send: Send, scope: anyio.CancelScope
     ) -> None:
-        """Start a subscription in ``tg``, returning once its watch is live.
+        """Start a subscription in ``tg`` (``scope`` cancels it), returning once its watch is live.
 
         A subscription that cannot start fails the request that asked for it.
         """
         try:
-            await tg.start(self._serve_subscription, ref, send, key)
+            await tg.start(self._serve_subscription, ref, send, scope)
         except TraineeError as exc:
             raise _mcp_error(exc) from None
 
@@ -380,14 +386,12 @@ class TraineeMcp:
         self,
         ref: ResourceRef,
         send: Send,
-        key: tuple[str, str] | None,
+        scope: anyio.CancelScope,
         *,
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Send an update for each event that concerns ``ref`` until the session ends."""
-        with anyio.CancelScope() as scope:
-            if key is not None:
-                self._subscriptions[key] = scope
+        with scope:
             started = False
             try:
                 while True:  # a watch the daemon cut off (it fell behind) is renewed
@@ -400,13 +404,16 @@ class TraineeMcp:
                                 await send(ref.uri)
                             if ref.ends_with(event):
                                 return
-            except (TraineeError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            except Exception as exc:
                 if not started:
-                    raise
+                    raise  # the subscribe request fails with it
+                # The daemon went away or the client did: this subscription ends, the
+                # server (and every other subscription) goes on.
                 log.info("subscription to %s ended: %s", ref.uri, exc)
             finally:
-                if key is not None and self._subscriptions.get(key) is scope:
-                    del self._subscriptions[key]
+                for key, value in list(self._subscriptions.items()):
+                    if value is scope:
+                        del self._subscriptions[key]
 
     # -- helpers -----------------------------------------------------------------
 

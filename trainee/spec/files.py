@@ -163,10 +163,11 @@ class LlmBudgetSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 class DecisionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Who proposes the next parameter set: ``llm`` (default), ``tpe``, ``random`` or
     ``hybrid`` (the LLM choosing among the optimizer's suggestions); ``seed`` makes
-    the optimizers reproducible."""
+    the optimizers reproducible (default: the session's number, so a new session
+    does not repeat the last one's points)."""
 
     policy: Literal["llm", "tpe", "random", "hybrid"] = "llm"
-    seed: Annotated[int, Meta(ge=0)] = 0
+    seed: Annotated[int, Meta(ge=0)] | None = None
 
 
 class OutputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
