@@ -419,11 +419,24 @@ def test_a_killed_monitor_is_lost_and_its_job_can_be_killed(
     assert state is not None and state.child_pid is not None
     assert kill_orphans(handle) == []  # the monitor lives: nothing to do
     os.kill(handle.pid, signal.SIGKILL)
-    info = finish(handle)
-    assert info.lost and info.returncode is None and info.error is not None
-    assert not pid_gone(state.child_pid)
+    wait_for(lambda: pid_gone(handle.pid), "the monitor to die")
+    assert not pid_gone(state.child_pid), "the job outlives its monitor, orphaned"
     assert kill_orphans(handle) == [state.child_pid]
     wait_for(lambda: pid_gone(state.child_pid), "the orphaned job to die")
+
+
+def test_waiting_on_a_killed_monitor_ends_its_orphaned_job(
+    tmp_path: Path, rnd: RoundLayout
+) -> None:
+    handle = spawn(rnd, script(tmp_path, IGNORES_TERM))
+    wait_for(lambda: log_has(rnd, "READY"), "the job to start")
+    state = read_state(rnd.monitor_file)
+    assert state is not None and state.child_pid is not None
+    os.kill(handle.pid, signal.SIGKILL)
+    info = finish(handle)
+    assert info.lost and info.returncode is None and info.error is not None
+    wait_for(lambda: pid_gone(state.child_pid), "the orphaned job to die")
+    assert kill_orphans(handle) == []
 
 
 def test_shim_command_line(tmp_path: Path) -> None:

@@ -365,7 +365,13 @@ def _check(handle: RoundHandle) -> ExitInfo | None:
     if is_alive(handle):
         return None
     # exit.json is written just before the monitor exits: look once more.
-    return read_exit(handle.exit_file) or _lost(handle)
+    info = read_exit(handle.exit_file)
+    if info is not None:
+        return info
+    # The monitor died without it (killed): its job must not run on unsupervised.
+    with contextlib.suppress(LaunchError):
+        kill_orphans(handle)
+    return _lost(handle)
 
 
 async def wait_exit(handle: RoundHandle, *, poll: float = 0.2) -> ExitInfo:
