@@ -484,6 +484,13 @@ def test_out_of_bounds_and_unknown_params_are_never_applied(
     assert "lr, weight_decay, batch_size" in second_repair  # the names it may use
 
     assert "invalid_decision" in live.stdout and "params.batch_size" in live.stdout
+    # the failed decision is kept (not accepted), and its tokens count against the budget
+    report = (project / ".trainee" / "artifacts" / SESSION / "report.md").read_text()
+    decision_rows = [ln for ln in report.splitlines() if ln.startswith("| 3 |")]
+    assert decision_rows and "| no |" in decision_rows[0], report
+    decisions = requests[1:]  # requests[0] is the live provider test before the session
+    usage = sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in decisions)
+    assert session["tokens"] == usage
     check_outputs(project, state)
     assert_no_training_left(project)
 

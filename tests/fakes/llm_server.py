@@ -221,6 +221,7 @@ class _Handler(BaseHTTPRequestHandler):
         completion_tokens = int(
             usage.get("completion_tokens", usage.get("output_tokens", _estimate_tokens(content)))
         )
+        record["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
         model = str(req.get("model") or "fake-model")
         if wire == "openai":
             self._send(200, _openai_reply(model, content, prompt_tokens, completion_tokens))

@@ -62,10 +62,20 @@ class LlmPolicy:
             parsed = parse_plan(completion.text, tunables)
             proposal.notes.extend(parsed.notes)
             problems: list[Problem] = list(parsed.problems)
-            if parsed.plan is not None and not problems:
-                problems = validate_plan(
-                    parsed.plan, tunables, baseline=dict(baseline), tried=tried, rejected=rejected
-                )
+            if parsed.plan is not None:
+                # Every problem goes into the one repair request, parse and validation alike.
+                seen = {p.field for p in problems}
+                problems += [
+                    p
+                    for p in validate_plan(
+                        parsed.plan,
+                        tunables,
+                        baseline=dict(baseline),
+                        tried=tried,
+                        rejected=rejected,
+                    )
+                    if p.field not in seen
+                ]
             if parsed.plan is not None and not problems:
                 proposal.plan = parsed.plan
                 proposal.repaired = attempt == 1
@@ -79,7 +89,11 @@ class LlmPolicy:
         raise InvalidDecision(
             "the decision failed validation twice: "
             + "; ".join(f"{p['field']}: {p['reason']}" for p in proposal.problems),
-            {"problems": proposal.problems, "raw_response": proposal.raw_response},
+            {
+                "problems": proposal.problems,
+                "raw_response": proposal.raw_response,
+                "proposal": proposal,
+            },
         )
 
     def observe(self, params: Mapping[str, Any], metric: float | None, status: str) -> None:

@@ -29,6 +29,7 @@ from trainee.errors import (
 from trainee.launch.layout import ProjectLayout, RoundLayout, SessionLayout
 from trainee.launch.render import render_round
 from trainee.launch.sandbox import check_bwrap, wrap
+from trainee.llm.settings import load_settings
 from trainee.metrics.extract import Extractor
 from trainee.monitor.process import (
     ExitInfo,
@@ -221,7 +222,15 @@ class SessionRunner:
                 proposal = None
                 with anyio.CancelScope() as scope:
                     self.control.decision_scope = scope
-                    proposal = await policy.propose(self.state, spec.tunables, baseline_params)
+                    try:
+                        proposal = await policy.propose(self.state, spec.tunables, baseline_params)
+                    except InvalidDecision as exc:
+                        # Nothing is launched, but the attempt and what it cost are kept.
+                        failed = exc.data.get("proposal") if isinstance(exc.data, dict) else None
+                        if isinstance(failed, Proposal):
+                            await self._record_decision(index, failed, accepted=False)
+                            exc.data = {k: v for k, v in exc.data.items() if k != "proposal"}
+                        raise
                 self.control.decision_scope = None
                 if proposal is None or self.control.stop_requested.is_set():
                     return self.control.stop_reason, None
@@ -308,7 +317,7 @@ class SessionRunner:
 
     # -- decisions ------------------------------------------------------------------
 
-    async def _record_decision(self, index: int, p: Proposal) -> None:
+    async def _record_decision(self, index: int, p: Proposal, *, accepted: bool = True) -> None:
         await self.store.add_decision(
             DecisionRecord(
                 id=0,
@@ -319,16 +328,17 @@ class SessionRunner:
                 policy=p.policy,
                 prompt=p.messages,
                 raw_response=p.raw_response,
-                plan=msgspec.to_builtins(p.plan),
+                plan=msgspec.to_builtins(p.plan) if p.plan is not None else None,
                 problems=p.problems,
                 repaired=p.repaired,
-                accepted=True,
+                accepted=accepted,
                 prompt_tokens=p.prompt_tokens,
                 completion_tokens=p.completion_tokens,
                 cost_usd=p.cost_usd,
                 latency_sec=p.latency_sec,
                 created_at=time.time(),
-            )
+            ),
+            debug=self._debug_recording(),
         )
         tokens = self.record.tokens + p.prompt_tokens + p.completion_tokens
         cost = self.record.cost_usd + (p.cost_usd or 0.0)
@@ -336,8 +346,17 @@ class SessionRunner:
             self.record.index, tokens=tokens, cost_usd=cost
         )
 
+    def _debug_recording(self) -> bool:
+        """Debug recording (runtime_debug_update) keeps full prompts in the store."""
+        try:
+            return load_settings(self.env).debug
+        except TraineeError:
+            return False
+
     def _decision_event(self, index: int, p: Proposal, diff: dict[str, Any]) -> dict[str, Any]:
         return {
+            "source": p.source,
+            "notes": p.notes,
             "round": index,
             "policy": p.policy,
             "provider": p.provider,
