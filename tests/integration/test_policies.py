@@ -599,7 +599,7 @@ def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
 ) -> None:
     """Round 2 of a hybrid session: the prompt the daemon sends holds TPE's suggestions
     and the stored decision says the LLM took S2. In TPE's start-up phase the
-    suggestions depend only on the seed (0, project.yaml's default) and the number of
+    suggestions depend only on the seed (1: with no decision.seed, the session's number) and the number of
     known results, so the test can compute them before the session runs."""
     project = copy_example(tmp_path)
     real = load_project(str(project))
@@ -622,7 +622,7 @@ def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
             failure_tail=[],
         ),
     )
-    suggestions, _ = TpePolicy(seed=0).suggest(state, real.tunables, baseline, 3)
+    suggestions, _ = TpePolicy(seed=1).suggest(state, real.tunables, baseline, 3)
     s2 = suggestions[1].params
     with FakeLLM([{"content": "OK"}, answer(s2, "[S2] take the second suggestion")]) as fake:
         env = session_env(runtime)

@@ -72,7 +72,8 @@ class Method(Generic[P]):
             "type": "function",
             "function": {
                 "name": self.name,
-                "description": self.summary,
+                "description": self.summary
+                + (f"\n\n{self.description}" if self.description else ""),
                 "parameters": self.params_schema(),
             },
         }
