@@ -9,7 +9,9 @@ are used only for protocol faults; application errors live at 1001 and up.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 __all__ = [
     "BudgetExceeded",

@@ -6,10 +6,13 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from trainee import errors, paths
 from trainee.rpc.client import RpcClient
+
+TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
+if TYPE_CHECKING:
+    from typing import Any
 
 START_TIMEOUT = 30.0
 

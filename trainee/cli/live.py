@@ -12,11 +12,14 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any
 
 from trainee import errors
 from trainee.cli import daemon_client
 from trainee.cli.output import print_json
+
+TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
+if TYPE_CHECKING:
+    from typing import Any
 
 METRIC_EVERY = 1.0
 

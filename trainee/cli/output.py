@@ -6,9 +6,12 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from trainee import errors
+
+TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
+if TYPE_CHECKING:
+    from typing import Any
 
 # Most specific first: the first class in an error's MRO found here wins.
 EXIT_STATUS: dict[type[errors.TraineeError], int] = {

@@ -15,7 +15,6 @@ import stat
 import time
 from collections import deque
 from types import EllipsisType, TracebackType
-from typing import Any
 
 from trainee.errors import (
     DaemonNotRunning,
@@ -26,6 +25,10 @@ from trainee.errors import (
 )
 from trainee.paths import socket_path
 from trainee.rpc.framing import DEFAULT_MAX_FRAME, FrameBuffer, FrameTooLarge, encode_frame
+
+TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["RpcClient"]
 

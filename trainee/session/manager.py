@@ -82,18 +82,22 @@ class SessionManager:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Host session tasks until cancelled; resume what was running first."""
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            await self.resume_all()
-            task_status.started()
-            try:
+        """Host session tasks until cancelled; resume what was running first.
+
+        The stores are closed only after every session task has ended: a session
+        cancelled by a shutdown still flushes its last events to its store.
+        """
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                await self.resume_all()
+                task_status.started()
                 await anyio.sleep_forever()
-            finally:
-                with anyio.CancelScope(shield=True):
-                    for store in self._stores.values():
-                        with contextlib.suppress(Exception):
-                            await store.close()
+        finally:
+            with anyio.CancelScope(shield=True):
+                for store in self._stores.values():
+                    with contextlib.suppress(Exception):
+                        await store.close()
 
     @property
     def projects_file(self) -> Path:

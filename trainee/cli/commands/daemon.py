@@ -8,11 +8,14 @@ import select
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from trainee import errors, paths
 from trainee.cli import daemon_client
 from trainee.cli.output import print_json, render_mapping
+
+TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
+if TYPE_CHECKING:
+    from typing import Any
 
 STOP_TIMEOUT = 60.0
 

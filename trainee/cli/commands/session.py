@@ -6,11 +6,14 @@ import argparse
 import os
 import sys
 import time
-from typing import Any
 
 from trainee.cli import daemon_client
 from trainee.cli.commands.project import project_root
 from trainee.cli.output import print_json, render_mapping
+
+TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
+if TYPE_CHECKING:
+    from typing import Any
 
 FOLLOW_INTERVAL = 0.25
 

@@ -8,11 +8,14 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from trainee import errors, paths
 from trainee.cli import daemon_client
 from trainee.cli.output import print_json
+
+TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _http_tools(base_url: str, name: str | None) -> Any:
