@@ -9,6 +9,7 @@ re-adopted, one whose monitor died is re-run with its recorded decision.
 
 from __future__ import annotations
 
+import glob
 import logging
 import math
 import time
@@ -31,6 +32,7 @@ from trainee.launch.render import render_round
 from trainee.launch.sandbox import check_bwrap, wrap
 from trainee.llm.settings import load_settings
 from trainee.metrics.extract import Extractor
+from trainee.monitor.activity import Activity
 from trainee.monitor.process import (
     ExitInfo,
     RoundHandle,
@@ -597,9 +599,30 @@ class SessionRunner:
             await self.control.stop_requested.wait()
             request_stop(handle)
 
+        activity = Activity(started_at=time.time())
+        mtime_globs, heartbeat_globs = _signal_globs(spec, placeholders)
+
+        async def watch_signals() -> None:
+            """Passive: log-file mtimes and heartbeat files only update the activity time."""
+            nonlocal last_activity
+            while True:
+                await anyio.sleep(spec.advanced.heartbeat_interval_sec)
+                files = await anyio.to_thread.run_sync(_expand, mtime_globs)
+                beats = await anyio.to_thread.run_sync(_expand, heartbeat_globs)
+                activity.scan(files, beats)
+                seen = activity.last_activity_at
+                if seen is not None and seen > last_activity:
+                    last_activity = seen
+                    await self.store.update_round(
+                        self.record.index, rec.index, last_activity_at=last_activity
+                    )
+                    self.emit("activity", {"round": rec.index, "last_activity_at": last_activity})
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_tail)
             tg.start_soon(stop_watcher)
+            if mtime_globs or heartbeat_globs:
+                tg.start_soon(watch_signals)
             exit_info = await wait_exit(handle)
             stop_tail.set()
             # the tailer drains every file to its end after ``stop``, then returns
@@ -737,6 +760,26 @@ class SessionRunner:
                 },
             )
         return self.record
+
+
+def _signal_globs(
+    spec: ProjectSpec, placeholders: Mapping[str, str]
+) -> tuple[list[str], list[str]]:
+    """Absolute globs of the file-based activity signals: (mtime files, heartbeat files)."""
+    mtimes: list[str] = []
+    beats: list[str] = []
+    for source in spec.advanced.signal_sources:
+        target = beats if str(source.type) == "heartbeat_file" else mtimes
+        if str(source.type) in ("log_file_mtime", "heartbeat_file"):
+            target.extend(_fill(p, placeholders, spec) for p in source.paths)
+    return mtimes, beats
+
+
+def _expand(patterns: list[str]) -> list[str]:
+    out: list[str] = []
+    for pattern in patterns:
+        out.extend(glob.glob(pattern, recursive=True) if glob.has_magic(pattern) else [pattern])
+    return out
 
 
 def _status_of(info: ExitInfo, missing_required: list[str]) -> str:
