@@ -29,6 +29,7 @@ from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from yaml import safe_load as yaml_safe_load
 
 from tests.conftest import REPO, Daemon, _kill_leftover_daemons, base_env
 from trainee.api.table import registry
@@ -433,3 +434,68 @@ def test_streamable_http_refuses_without_token_host_or_origin(mcp_daemon: Daemon
         good = http.post("/mcp", json=initialize, headers=bearer)
         assert good.status_code == 200, good.text
         assert good.headers.get("mcp-session-id")
+
+
+# -- an agent driving the loop through the stage interfaces ------------------------------
+
+
+def test_an_agent_drives_an_external_session_over_mcp(mcp_daemon: Daemon, tmp_path: Path) -> None:
+    """Register a project, run 3 rounds through plan_submit / round_run / round_result, read the
+    report; an invalid plan gets the same precise error as over JSON-RPC."""
+    project = copy_example(tmp_path)
+    root = str(project)
+    project_yaml = yaml_safe_load((project / ".trainee" / "project.yaml").read_text())
+    tuning = yaml_safe_load((project / ".trainee" / "tuning.yaml").read_text())
+    register = {"project_root": root, **project_yaml, "tuning": tuning}
+    bad_plan = {"session": SESSION, "project_root": root, "hypothesis": "h", "change_summary": "c",
+                "expected": "e", "params": {"lr": 5.0, "momentum": 0.9}}  # fmt: skip
+
+    async def main() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with legacy_stdio(mcp_daemon.env) as session:
+            out["tools"] = {t.name for t in (await session.list_tools()).tools}
+            out["registered"] = ok(await session.call_tool("project_register", register))
+            start = {**start_args(project, rounds=3), "policy": "external"}
+            out["started"] = ok(await session.call_tool("loop_start", start))
+            out["baseline"] = ok(await session.call_tool(
+                "round_result", {"session": SESSION, "project_root": root, "round": 1, "wait": True}
+            ))  # fmt: skip
+            out["bad"] = await session.call_tool("plan_submit", bad_plan)
+            # the same plan over JSON-RPC while the session is waiting for it
+            out["rpc_bad"] = await anyio.to_thread.run_sync(
+                lambda: rpc_error(mcp_daemon, "plan_submit", bad_plan)
+            )
+            out["two"] = ok(await session.call_tool("round_run", {
+                "session": SESSION, "project_root": root, "hypothesis": "a larger step",
+                "change_summary": "lr x3", "expected": "val_loss < 0.26", "params": {"lr": 0.003},
+            }))  # fmt: skip
+            out["submitted"] = ok(await session.call_tool("plan_submit", {
+                "session": SESSION, "project_root": root, "hypothesis": "decay helps at a larger lr",
+                "change_summary": "lr 0.01, weight_decay 0.003", "expected": "lower val_loss",
+                "params": {"lr": 0.01, "weight_decay": 0.003},
+            }))  # fmt: skip
+            out["three"] = ok(await session.call_tool(
+                "round_result", {"session": SESSION, "project_root": root, "round": 3, "wait": True}
+            ))  # fmt: skip
+            out["state"] = await wait_finished(session.call_tool, project)
+            out["report"] = (await session.read_resource(report_uri(project))).contents
+        return out
+
+    out = run(main)
+    assert {"plan_submit", "round_run", "round_result", "journal_append", "journal_get"} <= out[
+        "tools"
+    ]
+    assert out["registered"]["project_root"] == root
+    assert out["baseline"]["verdict"] == "baseline"
+    expected = out["rpc_bad"]
+    assert out["bad"].is_error
+    assert out["bad"].content[0].text == expected.message  # type: ignore[union-attr]
+    assert "params.lr" in expected.message and "params.momentum" in expected.message
+    assert out["two"]["round"] == 2 and out["two"]["finished"]
+    assert out["submitted"]["round"] == 3
+    assert out["three"]["status"] == "completed"
+    assert out["state"]["session"]["stop_reason"] == "max_rounds"
+    assert [r["index"] for r in out["state"]["rounds"]] == [1, 2, 3]
+    (contents,) = out["report"]
+    assert isinstance(contents, types.TextResourceContents)
+    assert "| 3 " in contents.text and "decay helps" in contents.text

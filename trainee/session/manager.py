@@ -26,6 +26,7 @@ from trainee.launch.layout import ProjectLayout, parse_session_id
 from trainee.llm.settings import LlmSettings, load_settings
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, journal_section
 from trainee.session.bus import EventBus
+from trainee.session.external_policy import ExternalPolicy
 from trainee.session.llm_policy import LlmPolicy
 from trainee.session.policy import POLICIES, Policy, RandomPolicy
 from trainee.session.runner import SessionControl, SessionRunner
@@ -36,6 +37,7 @@ from trainee.store.records import SessionRecord
 log = logging.getLogger("trainee.session.manager")
 
 CONTEXT_LIMIT = 64 * 1024
+NOTES_LIMIT = 8 * 1024
 
 
 @dataclass
@@ -163,6 +165,8 @@ class SessionManager:
         )
         if record.policy == "random":
             return RandomPolicy(seed=seed)
+        if record.policy == "external":
+            return ExternalPolicy()
         if record.policy == "tpe":
             from trainee.session.optuna_policy import TpePolicy
 
@@ -182,14 +186,18 @@ class SessionManager:
         )
 
     async def journal(self, root: str) -> str:
-        """Experiment memory: past sessions' best params and rejected changes, bounded.
+        """Experiment memory: past sessions' best params and rejected changes, plus the
+        notes agents and people appended (.trainee/notes.md), bounded.
 
         Also written to .trainee/journal.md for people to read.
         """
         store = await self.store_for(root)
         entries = await store.journal()
         text = journal_section(entries)
-        if entries:
+        notes = read_optional(Path(root) / ".trainee" / "notes.md", NOTES_LIMIT).strip()
+        if notes:
+            text = (text + "\n\n" if text else "") + notes
+        if text:
             path = Path(root) / ".trainee" / "journal.md"
             with contextlib.suppress(OSError):
                 tmp = path.with_suffix(".md.tmp")

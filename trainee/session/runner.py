@@ -122,6 +122,7 @@ class SessionRunner:
         self.spec: ProjectSpec | None = None
         self.state: ResearchState | None = None
         self._unsaved: list[Event] = []
+        self.policy: Policy | None = None
 
     # -- events ----------------------------------------------------------------
 
@@ -188,6 +189,7 @@ class SessionRunner:
         policy = await self.policy_factory(
             spec, self.record, len([r for r in rounds if r.index > 1])
         )
+        self.policy = policy
         for r in rounds:
             if r.status in FINISHED and r.index > 1:
                 policy.observe(r.params, r.primary_metric, r.status)

@@ -162,11 +162,12 @@ class LlmBudgetSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 class DecisionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Who proposes the next parameter set: ``llm`` (default), ``tpe``, ``random`` or
-    ``hybrid`` (the LLM choosing among the optimizer's suggestions); ``seed`` makes
+    ``hybrid`` (the LLM choosing among the optimizer's suggestions) or ``external``
+    (an agent submits each plan through plan_submit / round_run); ``seed`` makes
     the optimizers reproducible (default: the session's number, so a new session
     does not repeat the last one's points)."""
 
-    policy: Literal["llm", "tpe", "random", "hybrid"] = "llm"
+    policy: Literal["llm", "tpe", "random", "hybrid", "external"] = "llm"
     seed: Annotated[int, Meta(ge=0)] | None = None
 
 
