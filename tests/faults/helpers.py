@@ -46,9 +46,12 @@ except FileNotFoundError:
     conf = {}
 index = os.environ.get("TRAINEE_ROUND_INDEX", "0")
 conf = {**conf, **conf.get("rounds", {}).get(index, {})}
+if conf.get("say"):
+    print(conf["say"], flush=True)
 if conf.get("grandchild"):
-    # a daemonized grandchild: double fork with setsid, it leaves our process group
-    code = "import os, time; os.setsid(); time.sleep(600)"
+    # a daemonized grandchild: double fork, setsid (start_new_session): it leaves our
+    # process group and session, and its parent exits
+    code = "import time; time.sleep(600)  # trainee-fault-grandchild"
     launcher = (
         "import os, subprocess, sys; "
         f"subprocess.Popen([sys.executable, '-c', {code!r}], start_new_session=True, "
@@ -73,7 +76,7 @@ if conf.get("fill"):
     out = sys.stdout.buffer
     try:
         for _ in range(conf["fill"]):
-            out.write(b"z" * 65535 + b"\\n")
+            out.write(b"z" * 1023 + b"\\n")
         out.flush()
     except OSError as exc:
         print(f"write failed: {exc}", file=sys.stderr, flush=True)

@@ -59,6 +59,26 @@ PROBE = textwrap.dedent(
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
 
+    def connect_unix(path):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(path)
+
+    def read(path):
+        with open(path, "rb") as fh:
+            fh.read(1)
+
+    def symlink_write(arg):
+        link, target = arg
+        os.symlink(target, link)
+        write(link)
+
+    def makedirs_write(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write(path)
+
+    def hardlink(arg):
+        os.link(arg[1], arg[0])
+
     def remount(path):
         libc = ctypes.CDLL(None, use_errno=True)
         MS_REMOUNT, MS_BIND = 32, 4096
@@ -73,6 +93,11 @@ PROBE = textwrap.dedent(
         "listdir": lambda p: sorted(os.listdir(p)),
         "connect": lambda port: attempt(lambda: connect(port)),
         "remount": lambda p: attempt(lambda: remount(p)),
+        "connect_unix": lambda p: attempt(lambda: connect_unix(p)),
+        "read": lambda p: attempt(lambda: read(p)),
+        "symlink_write": lambda a: attempt(lambda: symlink_write(a)),
+        "hardlink": lambda a: attempt(lambda: hardlink(a)),
+        "makedirs_write": lambda p: attempt(lambda: makedirs_write(p)),
     }
     print(json.dumps([ops[op](arg) for op, arg in json.loads(sys.argv[1])]))
     """
@@ -388,3 +413,139 @@ def test_the_yaml_config_example_trains_inside_the_sandbox(tmp_path: Path) -> No
     assert json.loads(lines[-1])["val_loss"] > 0
     after = {p: digest(p) for p in root.rglob("*") if p.is_file() and ".trainee" not in p.parts}
     assert after == {p: h for p, h in before.items() if ".trainee" not in p.parts}
+
+
+def test_every_write_the_job_must_not_make_is_refused(tmp_path: Path) -> None:
+    """The full list, beside what the test above covers: the store's sidecar files, the
+    other project files of .trainee/, every artifact (the round's own log too: the job
+    writes it only through the stdout it was given), other sessions, new files anywhere
+    but the writable places, links planted from the writable places, a hard link out."""
+    root = tmp_path / "proj"
+    spec = project(root)
+    trainee = root / ".trainee"
+    (root / "configs").mkdir()
+    (root / "configs" / "base.yaml").write_text("lr: 0.1\n")
+    for name in ("runtime.sqlite3-wal", "runtime.sqlite3-shm", "context.md", "README.md"):
+        (trainee / name).write_text(name)
+    (trainee / "journal.md").write_text("# journal\n")
+    rnd = round_of(spec, 2, 1)
+    own = rnd.session.artifacts
+    own.mkdir(parents=True)
+    rnd.log.write_text("my own output\n")
+    for name in ("result_ledger.csv", "result_ledger.jsonl", "report.md", "research_state.json"):
+        (own / name).write_text(name)
+    earlier = round_of(spec, 1, 1)
+    earlier.dir.mkdir(parents=True)
+    earlier.log.parent.mkdir(parents=True)
+    earlier.log.write_text("session 1 output\n")
+    (earlier.session.artifacts / "report.md").write_text("report 1\n")
+    rnd.dir.mkdir(parents=True)
+    protected = [
+        root / "configs" / "base.yaml",
+        *(trainee / n for n in ("runtime.sqlite3-wal", "runtime.sqlite3-shm")),
+        *(trainee / n for n in ("context.md", "README.md", "journal.md")),
+        rnd.log,
+        rnd.log_index,
+        *(own / n for n in ("result_ledger.csv", "result_ledger.jsonl", "report.md")),
+        own / "research_state.json",
+        earlier.log,
+        earlier.session.artifacts / "report.md",
+        earlier.dir / "config.yaml",
+    ]
+    new_files = [
+        trainee / "project.yaml.new",
+        trainee / "runtime.sqlite3-journal",
+        trainee / "artifacts" / "session-0003" / "report.md",
+        own / "round-0002.log",
+        trainee / "runs" / "session-0002" / "round-0002" / "config.yaml",
+        trainee / "cache" / "evil.txt",
+        trainee / "new.txt",
+    ]
+    before = {p: digest(p) for p in protected if p.exists()}
+    planted = [
+        (str(rnd.dir / "to-spec"), str(trainee / "project.yaml")),
+        (str(trainee / "logs" / "to-store"), str(trainee / "runtime.sqlite3")),
+        (str(trainee / "cache" / "home" / "to-train"), str(root / "train.py")),
+    ]
+    hard = [(str(rnd.dir / "store-link"), str(trainee / "runtime.sqlite3"))]
+
+    results = run_probe(
+        spec,
+        rnd,
+        [
+            *(("write", str(p)) for p in protected),
+            *(("makedirs_write", str(p)) for p in new_files),
+            *(("symlink_write", link) for link in planted),
+            *(("hardlink", link) for link in hard),
+        ],
+    )
+
+    assert results[: len(protected)] == ["EROFS"] * len(protected), results
+    rest = results[len(protected) :]
+    assert rest[: len(new_files)] == ["EROFS"] * len(new_files), rest
+    rest = rest[len(new_files) :]
+    assert rest[: len(planted)] == ["EROFS"] * len(planted), rest
+    assert rest[len(planted) :] == ["EXDEV"], rest
+    assert {p: digest(p) for p in before} == before
+    assert not any(p.exists() for p in new_files)
+    assert (trainee / "project.yaml").read_text() == (
+        "version: 1\nlaunch:\n  command: [python, train.py]\n"
+    )
+
+
+@pytest.mark.parametrize("link", ["cache/hf", "logs"])
+def test_a_cache_or_log_folder_symlinked_out_of_trainee_is_refused_before_launch(
+    tmp_path: Path, outside_dir: Path, link: str
+) -> None:
+    root = tmp_path / "proj"
+    spec = project(root)
+    path = root / ".trainee" / link
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(outside_dir)
+    with pytest.raises(SandboxError, match="through a symlink"):
+        bwrap_argv(["true"], layout=round_of(spec), cwd=spec.working_dir)
+    path.unlink()
+    path.symlink_to(root)  # inside the project, but outside .trainee/
+    with pytest.raises(SandboxError, match="through a symlink"):
+        bwrap_argv(["true"], layout=round_of(spec), cwd=spec.working_dir)
+    assert list(outside_dir.iterdir()) == []
+
+
+def test_the_daemon_socket_token_and_provider_keys_are_out_of_reach(
+    tmp_path: Path, outside_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over the socket any call needs no token (project_register would rewrite
+    project.yaml); the token opens the HTTP API; config.json holds the API keys. With the
+    daemon's folders outside /tmp (as $XDG_RUNTIME_DIR and ~ are), the job sees none."""
+    runtime = outside_dir / "run"
+    runtime.mkdir(mode=0o700)
+    home = outside_dir / "home"
+    (home / ".trainee").mkdir(parents=True)
+    config = home / ".trainee" / "config.json"
+    config.write_text('{"providers": {"openai": {"api_key": "sk-secret"}}}')
+    config.chmod(0o600)
+    token = runtime / "token"
+    token.write_text("t" * 43 + "\n")
+    monkeypatch.setenv("TRAINEE_SOCKET", str(runtime / "trainee.sock"))
+    monkeypatch.setenv("HOME", str(home))
+    spec = project(tmp_path / "proj")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(runtime / "trainee.sock"))
+        listener.listen(8)
+        ops = [
+            ("connect_unix", str(runtime / "trainee.sock")),
+            ("read", str(token)),
+            ("read", str(config)),
+            ("listdir", str(runtime)),
+            ("listdir", str(home / ".trainee")),
+        ]
+        results = run_probe(spec, round_of(spec), ops)
+        # the same probe outside the sandbox reaches all of it: the test can fail
+        outside = subprocess.run(
+            [sys.executable, "-c", PROBE, json.dumps(ops[:3])],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert json.loads(outside.stdout) == ["ok", "ok", "ok"]
+    assert results == ["ENOENT", "ENOENT", "ENOENT", [], []]

@@ -13,7 +13,7 @@ import msgspec
 from trainee.api.context import CallContext
 from trainee.api.methods import registry
 from trainee.api.project_methods import project_root_of
-from trainee.errors import InvalidParams, NotFound, ProviderError, SandboxError
+from trainee.errors import InvalidParams, InvalidState, NotFound, ProviderError, SandboxError
 from trainee.launch.layout import ProjectLayout, parse_session_id
 from trainee.launch.sandbox import check_bwrap
 from trainee.research.decision import plan_json_schema
@@ -185,7 +185,7 @@ async def _resolve_session(ctx: CallContext, params: w.SessionParams) -> tuple[s
         if len(matches) == 1:
             return matches[0].project_root, matches[0]
     root = project_root_of(ctx, params.project_root)
-    store = await manager.store_for(root)
+    store = await existing_store(ctx, root)
     if params.session is None:
         sessions = await store.list_sessions()
         if not sessions:
@@ -334,7 +334,14 @@ async def session_report(ctx: CallContext, params: w.SessionParams) -> ReportRes
         path = write_report(layout, rec, rounds, metric_name=metric, goal=goal, decisions=decisions)
         return Path(path).read_text()
 
-    markdown = await anyio.to_thread.run_sync(write)
+    try:
+        markdown = await anyio.to_thread.run_sync(write)
+    except OSError as exc:
+        raise InvalidState(
+            f"cannot write the report of {rec.id} in {layout.artifacts}: "
+            f"{exc.strerror or exc} (errno {exc.errno})",
+            {"path": str(exc.filename or layout.artifacts), "reason": str(exc.strerror or exc)},
+        ) from None
     return ReportResult(
         session=rec.id,
         report=str(layout.report),

@@ -86,7 +86,8 @@ async def project_init(ctx: CallContext, params: w.ProjectInitParams) -> InitOut
         lambda: init_project(root, baseline_config=params.baseline_config, force=params.force)
     )
     return InitOutput(
-        init=result, provider_test=await _provider_test(ctx, params.skip_provider_test)
+        init=result,
+        provider_test=await _provider_test(ctx, params.skip_provider_test, params.env),
     )
 
 
@@ -105,7 +106,8 @@ async def project_prepare(ctx: CallContext, params: w.ProjectPrepareParams) -> P
     root = project_root_of(ctx, params.project_root)
     result = await anyio.to_thread.run_sync(lambda: prepare_project(root, replace=params.replace))
     return PrepareOutput(
-        prepare=result, provider_test=await _provider_test(ctx, params.skip_provider_test)
+        prepare=result,
+        provider_test=await _provider_test(ctx, params.skip_provider_test, params.env),
     )
 
 
@@ -133,9 +135,8 @@ async def project_doctor(ctx: CallContext, params: w.DoctorParams) -> DoctorRepo
     tried on the last round log when there is one.
     """
     root = project_root_of(ctx, params.project_root)
-    return await run_doctor(
-        root, env=dict(os.environ), skip_provider_test=params.skip_provider_test
-    )
+    env = params.env if params.env is not None else dict(os.environ)
+    return await run_doctor(root, env=env, skip_provider_test=params.skip_provider_test)
 
 
 class DryRunResult(msgspec.Struct, kw_only=True):

@@ -4,8 +4,9 @@ Inside the sandbox the host and the project are read-only, ``/tmp`` is a private
 tmpfs, ``/dev`` and ``/proc`` are fresh, and the only writable places are the
 round's own workspace (``runs/session-XXXX/round-XXXX/``), the cache folders that
 HOME, XDG_CACHE_HOME, ... point to and ``.trainee/logs/``. The store, project.yaml,
-tuning.yaml, the artifacts and other rounds' workspaces stay read-only. A missing
-or broken bwrap is an error that names ``--unsafe``; there is no silent fallback.
+tuning.yaml, the artifacts and other rounds' workspaces stay read-only; trainee's
+own folders (the daemon's socket and token, ``~/.trainee``) are not there at all. A
+missing or broken bwrap is an error that names ``--unsafe``; there is no silent fallback.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from trainee import paths
 from trainee.errors import SandboxError
 from trainee.launch.layout import RoundLayout
 
@@ -34,6 +36,7 @@ __all__ = [
     "check_bwrap",
     "find_bwrap",
     "gpu_devices",
+    "private_dirs",
     "sandboxed_pids",
     "signal_sandboxed",
     "wrap",
@@ -186,6 +189,25 @@ def _inside_trainee(base: Path, target: Path, *, create: bool) -> Path:
     return current
 
 
+def private_dirs(*, exclude: Sequence[Path] = ()) -> list[Path]:
+    """trainee's own folders, hidden from the job behind an empty tmpfs: the daemon's
+    runtime folder (its socket, which takes any call without a token, and the access
+    token of the HTTP API) and ``~/.trainee`` (provider keys in config.json).
+
+    Folders under ``/tmp`` are hidden already; a folder holding an ``exclude`` path (the
+    project) is left alone, else the project would vanish with it.
+    """
+    found: list[Path] = []
+    for folder in (paths.runtime_dir(), paths.home_dir()):
+        real = folder.resolve()
+        if real in found or not real.is_dir() or real.is_relative_to("/tmp"):
+            continue
+        if any(p.resolve().is_relative_to(real) for p in exclude):
+            continue
+        found.append(real)
+    return found
+
+
 def bwrap_argv(
     inner: Sequence[str],
     *,
@@ -203,7 +225,8 @@ def bwrap_argv(
     fresh ``/dev`` (plus GPU ``devices``, found on the host when None) and ``/proc``,
     then the tmpfs ``/tmp`` *before* anything under /tmp is bound (a project under
     /tmp would vanish otherwise), then the project (and a ``.trainee`` living
-    elsewhere) and ``extra_ro`` read-only, and last the writable folders.
+    elsewhere) and ``extra_ro`` read-only, then the writable folders, and last an
+    empty tmpfs over each of :func:`private_dirs`.
     """
     exe = _bwrap_path(bwrap)
     project = layout.session.project
@@ -223,6 +246,8 @@ def bwrap_argv(
         argv += ["--ro-bind", str(path), str(path)]
     for path in writable:
         argv += ["--bind", str(path), str(path)]
+    for path in private_dirs(exclude=[root, trainee]):
+        argv += ["--tmpfs", str(path)]
     argv += _core_flags(network)
     argv += ["--chdir", cwd, "--", *inner]
     return argv

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable, Mapping
@@ -184,12 +185,27 @@ def check_output(spec: ProjectSpec) -> Check:
     return _check("output", "pass", "no baseline config")
 
 
+def _finished_ok(layout: ProjectLayout, log: Path) -> bool:
+    """A round log whose round ended with exit code 0 (not running, stopped or failed)."""
+    exit_file = layout.runs / log.parent.name / log.stem / "exit.json"
+    try:
+        info = json.loads(exit_file.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and info.get("returncode") == 0 and not info.get("stopped")
+
+
 def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
+
     layout = ProjectLayout.for_root(spec.project_root)
-    logs = sorted(layout.artifacts.glob("session-*/round-*.log"), key=lambda p: p.stat().st_mtime)
+    logs = sorted(
+        (p for p in layout.artifacts.glob("session-*/round-*.log") if _finished_ok(layout, p)),
+        key=lambda p: p.stat().st_mtime,
+    )
     if not logs:
-        return _check("metrics", "pass", "no previous round log to try the metric specs on")
+        return _check("metrics", "pass", "no finished round log to try the metric specs on")
     last = logs[-1]
+    shown = f"{last.parent.name}/{last.name}"
     extractor = Extractor(spec.metrics.specs, placeholders={}, project_root=spec.project_root)
     with open(last, encoding="utf-8", errors="replace") as fh:
         extractor.feed_output(fh.read(8 * 2**20))
@@ -200,13 +216,13 @@ def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
         return _check(
             "metrics",
             "fail",
-            f"on {last.name}: no match for {', '.join(silent)}; matched {', '.join(sorted(found)) or 'nothing'}",
+            f"on {shown}: no match for {', '.join(silent)}; matched {', '.join(sorted(found)) or 'nothing'}",
             "fix metrics.specs[].key_or_pattern against that log",
         )
     return _check(
         "metrics",
         "pass",
-        f"on {last.name}: matched {', '.join(sorted(found)) or '(no stdout specs)'}",
+        f"on {shown}: matched {', '.join(sorted(found)) or '(no stdout specs)'}",
     )
 
 
@@ -218,7 +234,7 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
             "live test skipped (--skip-provider-test)",
             "run trainee doctor without it before trainee run",
         )
-    if policy in ("random", "tpe"):
+    if policy in ("random", "tpe", "external"):
         return _check("provider", "pass", f"policy {policy} needs no provider")
     from trainee.llm.client import live_test
     from trainee.llm.settings import load_settings

@@ -1,0 +1,89 @@
+"""An LLM server that hangs, resets connections, answers 500 or sends a huge body.
+
+Each case runs the baseline round, then the decision for round 2 meets the fault: the
+session must stop with ``provider_failed`` and an error naming what went wrong, no
+second round may start, and the daemon must keep answering (also while the provider
+hangs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_loop import OK, check_outputs, llm_env
+from tests.fakes.llm_server import FakeLLM
+from tests.faults.helpers import Node, assert_no_orphans, make_project, node, pause
+
+pytestmark = pytest.mark.e2e
+
+TIMEOUT_SEC = 2
+CASES: dict[str, tuple[list[dict[str, Any]], str]] = {
+    "hangs": ([OK, {"delay": 30, "content": "late"}], f"no reply within {TIMEOUT_SEC} s"),
+    "resets": ([OK, {"reset": True}], "connection failed"),
+    "500": (
+        [OK, {"status": 500, "body": {"error": {"message": "upstream exploded"}}}],
+        "HTTP 500: upstream exploded",
+    ),
+    "huge body": ([OK, {"huge": 20_000_000}], "response too large: 20000000 characters"),
+    "garbage body": (
+        [OK, {"status": 200, "body": "\x00\xff<html>not json at all"}],
+        "openai_compatible (fake-model)",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[Node]:
+    with node() as n:
+        yield n
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_misbehaving_provider_stops_the_session_with_a_clear_reason(
+    daemon: Node, tmp_path: Path, case: str
+) -> None:
+    script, reason = CASES[case]
+    project = make_project(tmp_path / "proj", max_rounds=3, behaviour={"steps": 1})
+    with FakeLLM(script) as fake:
+        env = llm_env(daemon.env, fake, TRAINEE_LLM_TIMEOUT_SEC=str(TIMEOUT_SEC))
+        daemon.start_session(project, policy="llm", env=env)
+        if case == "hangs":
+            # while the decision waits on the provider, the daemon answers at once
+            daemon.wait(project, lambda _: len(fake.requests) == 2, what="the decision request")
+            started = time.monotonic()
+            assert daemon.rpc("daemon_hello")["name"] == "trainee"
+            assert daemon.state(project)["session"]["status"] == "running"
+            assert time.monotonic() - started < TIMEOUT_SEC
+        state = daemon.wait_finished(project, timeout=60)
+        asked = len(fake.requests)
+    session = state["session"]
+    assert session["status"] == "failed", session
+    assert session["stop_reason"] == "provider_failed"
+    assert "all providers failed" in session["error"] and reason in session["error"]
+    assert [r["status"] for r in state["rounds"]] == ["completed"], "no round after the fault"
+    assert asked == 2, "the live test and one decision request, no retry storm"
+    check_outputs(project, state)
+    assert daemon.alive()
+    assert_no_orphans(project)
+
+
+def test_a_provider_that_recovers_is_used_by_the_next_session(
+    daemon: Node, tmp_path: Path
+) -> None:
+    """After the faults above the same daemon still runs a healthy session end to end."""
+    project = make_project(tmp_path / "proj", max_rounds=2, behaviour={"steps": 1})
+    plan = '{"hypothesis": "h", "change_summary": "lr up", "params": {"lr": 0.2}, ' + (
+        '"expected": "val_loss decreases", "stop": false, "stop_reason": ""}'
+    )
+    with FakeLLM([OK, {"content": plan}]) as fake:
+        daemon.start_session(project, policy="llm", env=llm_env(daemon.env, fake))
+        state = daemon.wait_finished(project)
+    assert state["session"]["stop_reason"] == "max_rounds", state["session"]
+    assert [r["params"]["lr"] for r in state["rounds"]] == [0.1, 0.2]
+    pause(0)
+    assert_no_orphans(project)
