@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -300,10 +300,8 @@ def assert_no_orphans(project: Path, timeout: float = 15.0) -> None:
         pause(0.1)
         left = training_processes(project) + _by_marker(project)
     for pid, _ in left:
-        try:
+        with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     assert not left, f"processes of {project} left running: {left}"
     assert not shim_processes(project)
 

@@ -71,7 +71,9 @@ def test_ten_sigkills_mid_round_across_a_guarded_and_an_unsafe_session(tmp_path:
     guarded = make_project(
         tmp_path / "guarded", mode="guarded", max_rounds=ROUNDS, behaviour=BEHAVIOUR
     )
-    unsafe = make_project(tmp_path / "unsafe", mode="unsafe", max_rounds=ROUNDS, behaviour=BEHAVIOUR)
+    unsafe = make_project(
+        tmp_path / "unsafe", mode="unsafe", max_rounds=ROUNDS, behaviour=BEHAVIOUR
+    )
     projects = [guarded, unsafe]
     killed_during: dict[tuple[str, int], dict[str, Any]] = {}
     with node() as n:
@@ -97,7 +99,9 @@ def test_ten_sigkills_mid_round_across_a_guarded_and_an_unsafe_session(tmp_path:
         assert n.alive(), "the last daemon still answers"
 
     assert n.starts == KILLS + 1
-    readopted = {str(p): [e["round"] for e in _stored_events(p, "round.readopted")] for p in projects}
+    readopted = {
+        str(p): [e["round"] for e in _stored_events(p, "round.readopted")] for p in projects
+    }
     for project, state in states.items():
         session = state["session"]
         assert session["status"] == "finished", session
@@ -157,7 +161,9 @@ def test_sigterm_mid_round_stops_the_daemon_gracefully_and_the_round_survives(
             database = project / ".trainee" / "runtime.sqlite3"
             with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
                 (status,) = db.execute("SELECT status FROM sessions").fetchone()
-                (round_status,) = db.execute('SELECT status FROM rounds WHERE "index" = 1').fetchone()
+                (round_status,) = db.execute(
+                    'SELECT status FROM rounds WHERE "index" = 1'
+                ).fetchone()
             db.close()
             assert (status, round_status) == ("running", "running")
             n.start()

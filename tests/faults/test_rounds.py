@@ -236,7 +236,9 @@ def test_binary_garbage_and_a_100_mb_line_are_cut_and_memory_stays_bounded(
     texts = [
         line["text"]
         for e in events
-        if e["kind"] == "output" and e["data"]["project"] == str(project) and e["data"]["round"] == 2
+        if e["kind"] == "output"
+        and e["data"]["project"] == str(project)
+        and e["data"]["round"] == 2
         for line in e["data"]["lines"]
     ]
     cut = [t for t in texts if "…[line cut: " in t]

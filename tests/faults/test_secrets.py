@@ -125,6 +125,7 @@ def test_no_api_key_in_any_file_log_event_report_or_http_answer(
     assert SAVED in config.read_text(), "the saved key lives in config.json"
     assert _mode(config) == 0o600
 
+    assert "Incorrect API key provided" in tested.text, "the quoted error came back"
     found: list[str] = _leaks("llm_test answer", tested.content)
     searched = 0
     for folder in (project, daemon.runtime):
@@ -145,7 +146,9 @@ def test_no_api_key_in_any_file_log_event_report_or_http_answer(
         rpc = http.post("/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "loop_get",
                                       "params": {"project_root": str(project)}})  # fmt: skip
         found += _leaks("POST /rpc", rpc.content)
-        with http.stream("GET", f"/api/sessions/{SESSION}/events?since=0&project_root={project}") as sse:
+        with http.stream(
+            "GET", f"/api/sessions/{SESSION}/events?since=0&project_root={project}"
+        ) as sse:
             body = b""
             for chunk in sse.iter_bytes():
                 body += chunk
@@ -224,6 +227,16 @@ def test_a_cross_site_post_is_refused_even_with_the_cookie(daemon: Node) -> None
     with _http(daemon, None, Origin="http://evil.example", **cookie) as http:
         response = http.post("/api/tools/loop_start", json={"project_root": "/"})
         assert response.status_code == 403, response.text
-        assert http.post("/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "daemon_hello"}).status_code == 403
+        assert (
+            http.post(
+                "/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "daemon_hello"}
+            ).status_code
+            == 403
+        )
     with _http(daemon, None, **cookie) as http:
-        assert http.post("/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "daemon_hello"}).status_code == 200
+        assert (
+            http.post(
+                "/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "daemon_hello"}
+            ).status_code
+            == 200
+        )

@@ -93,6 +93,7 @@ class LoopStartResult(msgspec.Struct, kw_only=True):
     security_mode: str
     max_rounds: int
     provider_test: dict[str, Any] | None = None
+    cursor: int = 0
 
 
 @registry.method(w.LoopStartParams, LoopStartResult)
@@ -107,14 +108,27 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
     manager = manager_of(ctx)
     root = project_root_of(ctx, params.project_root)
     env = params.env if params.env is not None else dict(manager.default_env)
+    cursor = ctx.services.bus.last_id  # a live view watches from here: nothing older
     if params.resume:
-        rec = await manager.resume(root, params.resume, env if params.env is not None else None)
+        if params.policy is not None:
+            raise InvalidParams(
+                "a resumed session keeps its decision policy; --policy cannot change it",
+                {"field": "policy", "reason": "not changeable on resume"},
+            )
+        rec = await manager.resume(
+            root,
+            params.resume,
+            env if params.env is not None else None,
+            max_rounds=params.max_rounds,
+            security_mode=params.security_mode,
+        )
         return LoopStartResult(
             session=rec.id,
             project_root=root,
             policy=rec.policy,
             security_mode=rec.security_mode,
             max_rounds=rec.max_rounds,
+            cursor=cursor,
         )
     spec = await anyio.to_thread.run_sync(load_project, root)
     mode = params.security_mode or str(spec.advanced.security_mode)
@@ -165,6 +179,7 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
         security_mode=mode,
         max_rounds=rec.max_rounds,
         provider_test=provider_test,
+        cursor=cursor,
     )
 
 

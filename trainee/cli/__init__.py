@@ -135,9 +135,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = add("stop")
     p.add_argument("session", nargs="?", default=None)
+    p.add_argument("--project-root", default=None, help="default: the current folder's project")
 
     p = add("attach")
     p.add_argument("session")
+    p.add_argument("--project-root", default=None, help="default: the current folder's project")
 
     p = add("logs")
     p.add_argument("-f", "--follow", action="store_true")
@@ -148,6 +150,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = add("report")
     p.add_argument("session")
     p.add_argument("--output", default=None, metavar="FILE")
+    p.add_argument("--project-root", default=None, help="default: the current folder's project")
 
     p = add("mcp")
     p.add_argument(

@@ -186,8 +186,29 @@ class LiveView:
         self.say(f"report: {d.get('report')}", "bold")
 
 
-def watch_session(session: str, project_root: str | None, *, json_mode: bool) -> int:
-    """Render ``session`` live until it finishes; returns the CLI exit status."""
+# A session's end as an exit status (the README's table): a normal stop is success.
+EXIT_FOR_STOP_REASON = {"provider_failed": 9, "user_stop": 0}
+EXIT_SESSION_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+def exit_status(finished: dict[str, Any], *, interrupted: bool) -> int:
+    reason = str(finished.get("stop_reason"))
+    if interrupted and reason == "user_stop":
+        return EXIT_INTERRUPTED
+    if reason in EXIT_FOR_STOP_REASON:
+        return EXIT_FOR_STOP_REASON[reason]
+    return 0 if finished.get("status") in ("finished", "stopped") else EXIT_SESSION_FAILED
+
+
+def watch_session(
+    session: str, project_root: str | None, *, json_mode: bool, since: int | None = 0
+) -> int:
+    """Render ``session`` live until it finishes; returns the CLI exit status.
+
+    ``since``: the event id to replay from (a new session's start cursor, so an
+    earlier run of a resumed session is not replayed); None for live events only.
+    """
     view = LiveView(session, json_mode=json_mode, project_root=project_root)
     client = daemon_client.ensure_daemon(timeout=None)
     stopping = False
@@ -203,7 +224,9 @@ def watch_session(session: str, project_root: str | None, *, json_mode: bool) ->
             stop_error.append(exc)
 
     with client:
-        params: dict[str, Any] = {"session": session, "since": 0}
+        params: dict[str, Any] = {"session": session}
+        if since is not None:
+            params["since"] = since
         client.call("events_watch", params)
         while view.finished is None:
             try:
@@ -231,5 +254,6 @@ def watch_session(session: str, project_root: str | None, *, json_mode: bool) ->
     except errors.TraineeError:
         pass
     view.summary(state)
-    status = (view.finished or {}).get("status")
-    return 0 if status in ("finished", "stopped") else 1
+    for exc in stop_error:
+        sys.stderr.write(f"the stop request failed: {exc}\n")
+    return exit_status(view.finished or {}, interrupted=stopping)

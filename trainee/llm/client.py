@@ -347,7 +347,6 @@ async def complete(
 
     litellm = import_litellm()
     started = time.monotonic()
-    deadline = started + settings.timeout_sec
     level: ResponseFormat = levels[0]
     resp: Any = None
     try:
@@ -358,7 +357,10 @@ async def complete(
                         model=model,
                         max_tokens=max_tokens,
                         temperature=temperature,
-                        timeout=max(0.01, deadline - time.monotonic()),
+                        # a fixed value: litellm caches one HTTP client per distinct
+                        # timeout, so a per-call remainder would leak a client (and its
+                        # sockets) on every decision; fail_after bounds the whole call
+                        timeout=settings.timeout_sec,
                         num_retries=0,
                         max_retries=0,
                         **conn,

@@ -13,9 +13,15 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import anyio
+import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from trainee.spec.wire import Event
+
+RETAIN_BYTES = 32 * 2**20
+"""Encoded JSON bytes of events kept for replay; older ones are read from the store."""
+
+_encode = msgspec.json.encode
 
 
 class Subscription:
@@ -73,11 +79,16 @@ class EventBus:
         self,
         *,
         retain: int = 50_000,
+        retain_bytes: int = RETAIN_BYTES,
         buffer: int = 10_000,
         first_id: int = 1,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._window: deque[Event] = deque(maxlen=retain)
+        self._window: deque[Event] = deque()
+        self._sizes: deque[int] = deque()
+        self._retain = retain
+        self._retain_bytes = retain_bytes
+        self._window_bytes = 0
         self._buffer = buffer
         self._next_id = first_id
         self._clock = clock
@@ -103,7 +114,7 @@ class EventBus:
             id=self._next_id, kind=kind, ts=self._clock(), session=session, data=data or {}
         )
         self._next_id += 1
-        self._window.append(event)
+        self._keep(event)
         for sink in self._sinks:
             sink(event)
         for sub in list(self._subscribers):
@@ -111,6 +122,25 @@ class EventBus:
             if sub.dropped:
                 self._subscribers.discard(sub)
         return event
+
+    def _keep(self, event: Event) -> None:
+        """Add ``event`` to the window; drop the oldest beyond ``retain`` events or
+        ``retain_bytes`` of encoded JSON (output events can be large: the count alone
+        would let a chatty job's lines hold gigabytes). The newest is always kept."""
+        size = len(_encode(event))
+        self._window.append(event)
+        self._sizes.append(size)
+        self._window_bytes += size
+        while len(self._window) > 1 and (
+            len(self._window) > self._retain or self._window_bytes > self._retain_bytes
+        ):
+            self._window.popleft()
+            self._window_bytes -= self._sizes.popleft()
+
+    @property
+    def window_bytes(self) -> int:
+        """Encoded bytes of the retained events."""
+        return self._window_bytes
 
     def replay(
         self, since: int, *, session: str | None = None, limit: int | None = None

@@ -78,6 +78,7 @@ class SessionManager:
         self._tg: anyio.abc.TaskGroup | None = None
         self.default_env: dict[str, str] = dict(os.environ)
         self._secrets: dict[tuple[str, int], dict[str, str]] = {}
+        self._locks: dict[str, anyio.Lock] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -261,15 +262,33 @@ class SessionManager:
                 {"field": "policy", "reason": "unknown"},
             )
         root = spec.project_root
+        async with self._project_lock(root):
+            self._refuse_if_running(root)
+            return await self._create(spec, root, policy, security_mode, max_rounds, env, cwd)
+
+    def _project_lock(self, root: str) -> anyio.Lock:
+        """One session at a time per project: checks and creation happen under this lock."""
+        return self._locks.setdefault(root, anyio.Lock())
+
+    def _refuse_if_running(self, root: str) -> None:
         for (r, _), running in self._running.items():
             if r == root:
+                rid = running.runner.record.id
                 raise InvalidState(
-                    f"{running.runner.record.id} is already running on {root}; stop it first",
-                    {
-                        "session": running.runner.record.id,
-                        "hint": f"trainee stop {running.runner.record.id}",
-                    },
+                    f"{rid} is already running on {root}; stop it first",
+                    {"session": rid, "hint": f"trainee stop {rid}"},
                 )
+
+    async def _create(
+        self,
+        spec: ProjectSpec,
+        root: str,
+        policy: str,
+        security_mode: str,
+        max_rounds: int | None,
+        env: dict[str, str],
+        cwd: str,
+    ) -> SessionRecord:
         store = await self.store_for(root)
         self._remember(root)
         index = await store.next_session_index()
@@ -302,26 +321,39 @@ class SessionManager:
         return record
 
     async def resume(
-        self, root: str, session: str, env: dict[str, str] | None = None
+        self,
+        root: str,
+        session: str,
+        env: dict[str, str] | None = None,
+        *,
+        max_rounds: int | None = None,
+        security_mode: str | None = None,
     ) -> SessionRecord:
-        """Continue a stopped or failed session from where it ended."""
-        store = await self.store_for(root)
-        index = _index(session)
-        record = await store.get_session(index)
-        if (root, index) in self._running:
-            raise InvalidState(f"{session} is already running", {"session": session})
-        fields: dict[str, Any] = {
-            "status": "running",
-            "stop_reason": None,
-            "error": None,
-            "finished_at": None,
-        }
-        if env is not None:
-            fields["env"], self._secrets[(root, index)] = split_secrets(env)
-        record = await store.update_session(index, **fields)
-        self._remember(root)
-        self._spawn(store, record)
-        return record
+        """Continue a stopped or failed session from where it ended.
+
+        ``max_rounds`` and ``security_mode`` given again replace the session's own.
+        """
+        async with self._project_lock(root):
+            self._refuse_if_running(root)
+            store = await self.store_for(root)
+            index = _index(session)
+            await store.get_session(index)
+            fields: dict[str, Any] = {
+                "status": "running",
+                "stop_reason": None,
+                "error": None,
+                "finished_at": None,
+            }
+            if max_rounds is not None:
+                fields["max_rounds"] = max_rounds
+            if security_mode is not None:
+                fields["security_mode"] = security_mode
+            if env is not None:
+                fields["env"], self._secrets[(root, index)] = split_secrets(env)
+            record = await store.update_session(index, **fields)
+            self._remember(root)
+            self._spawn(store, record)
+            return record
 
     def find_running(self, root: str | None, session: str | None) -> Running:
         matches = [

@@ -218,7 +218,8 @@ class SessionRunner:
                 return reason, None
             if self.control.stop_requested.is_set():
                 return self.control.stop_reason, None
-            if index == 1:
+            # The baseline runs first; again if the user stopped it before it finished.
+            if not any(not r.diff and r.status != "stopped" for r in done):
                 proposal = None
                 params = dict(baseline_params)
             else:
@@ -259,7 +260,8 @@ class SessionRunner:
         return self.record.security_mode
 
     def _stop_check(self, spec: ProjectSpec, done: list[RoundRecord], index: int) -> str | None:
-        finished = [r for r in done if r.status in FINISHED]
+        # a round the user stopped does not use up the budget of rounds
+        finished = [r for r in done if r.status in FINISHED and r.status != "stopped"]
         if len(finished) >= self.record.max_rounds:
             return "max_rounds"
         if index > 1 and not spec.tunables:

@@ -36,12 +36,16 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5)
+    ),
     max_leaves=30,
 )
 ids = st.none() | st.integers(min_value=-(2**53), max_value=2**53) | st.text(max_size=20)
 methods = st.sampled_from(sorted(DEMO_METHODS)) | st.text(max_size=20)
-params = st.lists(json_values, max_size=4) | st.dictionaries(st.text(max_size=10), json_values, max_size=4)
+params = st.lists(json_values, max_size=4) | st.dictionaries(
+    st.text(max_size=10), json_values, max_size=4
+)
 
 
 def _dispatch(frame: bytes) -> Any:
@@ -86,7 +90,7 @@ def test_text_that_is_not_json_is_a_parse_error(text: str) -> None:
         expected = json.loads(text)
         frame.decode("utf-8")
     except (ValueError, RecursionError):
-        with pytest.raises(ParseError, match="^Parse error: "):
+        with pytest.raises(ParseError, match=r"^Parse error: "):
             decode_frame(frame)
         return
     if expected != expected or any(w in text for w in ("NaN", "Infinity")):
@@ -115,9 +119,7 @@ def test_a_request_gets_its_own_id_and_a_notification_nothing(
     st.lists(st.binary(min_size=1, max_size=30).filter(lambda b: b"\n" not in b), max_size=8),
     st.lists(st.integers(min_value=1, max_value=50), min_size=1, max_size=20),
 )
-def test_frames_do_not_depend_on_how_the_stream_is_cut(
-    lines: list[bytes], cuts: list[int]
-) -> None:
+def test_frames_do_not_depend_on_how_the_stream_is_cut(lines: list[bytes], cuts: list[int]) -> None:
     stream = b"".join(line + b"\n" for line in lines)
     whole = FrameBuffer(max_frame=64).feed(stream)
     buffer = FrameBuffer(max_frame=64)

@@ -9,7 +9,7 @@ import time
 
 from trainee.cli import daemon_client
 from trainee.cli.commands.project import project_root
-from trainee.cli.output import print_json, render_mapping
+from trainee.cli.output import print_json
 
 TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
 if TYPE_CHECKING:
@@ -51,37 +51,91 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     from trainee.cli.live import watch_session
 
-    return watch_session(str(result["session"]), root, json_mode=args.json)
+    return watch_session(
+        str(result["session"]), root, json_mode=args.json, since=int(result.get("cursor", 0))
+    )
+
+
+def current_project(value: str | None) -> str | None:
+    """``--project-root``, else the current folder when it is a trainee project."""
+    if value:
+        return project_root(value)
+    here = project_root(None)
+    return here if os.path.isdir(os.path.join(here, ".trainee")) else None
+
+
+def _session_params(args: argparse.Namespace, session: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if session:
+        params["session"] = session
+    root = current_project(getattr(args, "project_root", None))
+    if root:
+        params["project_root"] = root
+    return params
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    params = {"session": args.session} if args.session else {}
-    result = daemon_client.call("loop_stop", params)
-    print_json(result) if args.json else render_mapping("trainee stop", result)
+    result = daemon_client.call("loop_stop", _session_params(args, args.session))
+    if args.json:
+        print_json(result)
+        return 0
+    rec = result["session"]
+    sys.stdout.write(f"{rec['id']}: {rec['status']} ({rec.get('stop_reason')})\n")
     return 0
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
     from trainee.cli.live import watch_session
 
-    return watch_session(args.session, None, json_mode=args.json)
+    params = _session_params(args, args.session)
+    state = daemon_client.call("loop_get", params)  # NotFound for an unknown session
+    rec = state["session"]
+    if not state["running"]:
+        sys.stdout.write(
+            f"{rec['id']} is not running: {rec['status']} ({rec.get('stop_reason')}); "
+            f"report: trainee report {rec['id']}\n"
+        )
+        return 0
+    current = state.get("current_round")
+    if current and not args.json:
+        sys.stdout.write(f"{rec['id']}: round {current['index']} is {current['status']}\n")
+    return watch_session(rec["id"], rec["project_root"], json_mode=args.json, since=None)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    round_index = args.round or 1
-    params: dict[str, Any] = {"session": args.session, "round": round_index, "offset": 0}
-    if args.project_root:
-        params["project_root"] = project_root(args.project_root)
+    params = _session_params(args, args.session)
     client = daemon_client.ensure_daemon()
     with client:
+        state = client.call("loop_get", params)
+        root = state["session"]["project_root"]
+        rounds = [r["index"] for r in state["rounds"]]
+        if not rounds:
+            return 0
+        round_index = args.round or rounds[-1]
+        if round_index not in rounds:
+            from trainee import errors
+
+            raise errors.NotFound(
+                f"{args.session} has no round {round_index} (rounds: {rounds[0]}..{rounds[-1]})",
+                {"round": round_index},
+            )
+        tail = {"session": args.session, "project_root": root, "round": round_index, "offset": 0}
         while True:
-            result = client.call("logs_tail", params)
+            result = client.call("logs_tail", tail)
             sys.stdout.write(result["data"])
             sys.stdout.flush()
-            params["offset"] = result["next_offset"]
+            tail["offset"] = result["next_offset"]
             if result["overflow"]:
                 continue
             if not args.follow:
+                return 0
+            state = client.call("loop_get", {"session": args.session, "project_root": root})
+            later = [r["index"] for r in state["rounds"] if r["index"] > tail["round"]]
+            if later:  # the round ended and the next began: follow it
+                tail.update(round=later[0], offset=0)
+                sys.stdout.write(f"\n==> round {later[0]} <==\n")
+                continue
+            if not state["running"]:
                 return 0
             try:
                 time.sleep(FOLLOW_INTERVAL)
@@ -90,10 +144,21 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"session": args.session}
-    result = daemon_client.call("session_report", params)
+    result = daemon_client.call("session_report", _session_params(args, args.session))
     if args.output:
-        with open(args.output, "w") as fh:
-            fh.write(str(result.get("markdown", "")))
-    print_json(result) if args.json else render_mapping("trainee report", result)
+        try:
+            with open(args.output, "w") as fh:
+                fh.write(str(result.get("markdown", "")))
+        except OSError as exc:
+            from trainee import errors
+
+            raise errors.InvalidParams(
+                f"--output {args.output}: cannot write it: {exc.strerror}",
+                {"field": "--output", "reason": exc.strerror},
+            ) from None
+    if args.json:
+        print_json({k: v for k, v in result.items() if k != "markdown"})
+    else:
+        sys.stdout.write(f"report: {args.output or result['report']}\n")
+        sys.stdout.write(f"ledgers: {result['ledger_csv']}, {result['ledger_jsonl']}\n")
     return 0

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -27,8 +29,18 @@ def _http_tools(base_url: str, name: str | None) -> Any:
             f"no access token at {token_file}: is the daemon at {base_url} this user's?",
             {"reason": "no_token", "path": str(token_file)},
         ) from None
-    url = base_url.rstrip("/") + "/api/tools" + (f"?name={name}" if name else "")
+    host = urllib.parse.urlsplit(base_url).hostname or ""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        # The token is this machine's daemon's; it is never sent anywhere else.
+        raise errors.InvalidParams(
+            f"--base-url {base_url}: only a daemon on this machine (127.0.0.1, localhost) "
+            "can be asked: its access token is never sent to another host",
+            {"field": "--base-url", "reason": "not a loopback address"},
+        )
+    query = "?" + urllib.parse.urlencode({"name": name}) if name else ""
+    url = base_url.rstrip("/") + "/api/tools" + query
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
@@ -99,6 +111,21 @@ def cmd_call(args: argparse.Namespace) -> int:
             "--input must be a JSON object (or array) of the tool's params",
             {"field": "--input", "reason": "not an object"},
         )
+    if isinstance(params, dict) and "project_root" not in params:
+        _default_project(args.tool, params)
     result = daemon_client.call(args.tool, params)  # type: ignore[arg-type]
     print_json(result)
     return 0
+
+
+def _default_project(tool: str, params: dict[str, Any]) -> None:
+    """Inside a trainee project, a tool that takes ``project_root`` gets the current one."""
+    here = os.path.realpath(os.getcwd())
+    if not os.path.isdir(os.path.join(here, ".trainee")):
+        return
+    try:
+        (schema,) = daemon_client.call("tools_list", {"name": tool})
+    except errors.MethodNotFound:
+        return  # the call itself reports the unknown tool
+    if "project_root" in schema["function"]["parameters"].get("properties", {}):
+        params["project_root"] = here
