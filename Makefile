@@ -53,7 +53,8 @@ demo: $(STAMP) system-deps
 	$(PY) -m trainee.demo
 
 bench: $(STAMP) system-deps
-	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in bench/bench_*.py bench/soak.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
 
 bench-decisions: $(STAMP)
 	$(PY) bench/decision_quality.py
