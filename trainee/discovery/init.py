@@ -28,7 +28,9 @@ from trainee.discovery.scan import (
     Entrypoint,
     discover,
     is_data_option,
+    resolve_root,
 )
+
 from trainee.discovery.tunables import (
     DEFAULT_LIMIT,
     Excluded,
@@ -120,7 +122,7 @@ def init_project(
     ``baseline_config`` must be an existing YAML/JSON file inside the project
     (ConfigError naming it otherwise, and nothing is written).
     """
-    root_path = _resolve_root(root)
+    root_path = resolve_root(root)
     trainee_dir = root_path / ".trainee"
     _check_trainee_dir(root_path, trainee_dir)
     baseline = _check_baseline(root_path, baseline_config) if baseline_config else None
@@ -190,19 +192,6 @@ def init_project(
         notes=notes,
     )
 
-
-def _resolve_root(root: Path | str) -> Path:
-    try:
-        resolved = Path(root).resolve(strict=True)
-    except (OSError, RuntimeError, ValueError):
-        raise ConfigError(
-            f"{root}: project root does not exist", file=str(root), reason="does not exist"
-        ) from None
-    if not resolved.is_dir():
-        raise ConfigError(
-            f"{root}: project root is not a directory", file=str(root), reason="not a directory"
-        )
-    return resolved
 
 
 def _exists(path: Path) -> bool:

@@ -279,7 +279,7 @@ def discover(root: Path | str, *, max_files: int = MAX_FILES) -> Discovery:
     """Everything trainee can learn about the project at ``root`` without running it.
 
     At most ``max_files`` files are looked at (``truncated`` and a note say so)."""
-    root_path = _resolve_root(root)
+    root_path = resolve_root(root)
     tree = _walk(root_path, max_files)
     notes = list(tree.notes)
     env, env_reason, env_name = _environment(root_path, notes)
@@ -319,7 +319,7 @@ def discover(root: Path | str, *, max_files: int = MAX_FILES) -> Discovery:
     )
 
 
-def _resolve_root(root: Path | str) -> Path:
+def resolve_root(root: Path | str) -> Path:
     try:
         resolved = Path(root).resolve(strict=True)
     except (OSError, RuntimeError, ValueError):
