@@ -30,7 +30,6 @@ from trainee.discovery.scan import (
     is_data_option,
     resolve_root,
 )
-
 from trainee.discovery.tunables import (
     DEFAULT_LIMIT,
     Excluded,
@@ -191,7 +190,6 @@ def init_project(
         entrypoint=plan.entrypoint.path if plan.entrypoint else None,
         notes=notes,
     )
-
 
 
 def _exists(path: Path) -> bool:
