@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Daemon
-from tests.e2e.test_loop import assert_no_training_left, copy_example
+from tests.e2e.test_loop import assert_no_training_left, copy_example, wait_finished
 from trainee import errors
 from trainee.rpc.client import RpcClient
 
@@ -65,8 +65,9 @@ def test_an_external_session_runs_the_agents_plans(daemon: Daemon, tmp_path: Pat
         rpc.call(
             "journal_append", {"project_root": root, "text": "lr 0.01 with decay 0.003 looks good"}
         )
-        state = rpc.call("loop_get", {"project_root": root, "session": session})
+        state = wait_finished(daemon.env, project)
         journal = rpc.call("journal_get", {"project_root": root})
+
     assert [r["index"] for r in state["rounds"]] == [1, 2, 3]
     assert state["session"]["stop_reason"] == "max_rounds"
     assert "--lr 0.01 --weight-decay 0.003" in state["rounds"][2]["command"]

@@ -32,6 +32,7 @@ from trainee.launch.sandbox import (
     check_bwrap,
     sandboxed_pids,
     signal_sandboxed,
+    tools_under_tmp,
     wrap,
 )
 from trainee.spec import ProjectSpec
@@ -280,9 +281,12 @@ def test_tmp_is_empty_and_private(tmp_path: Path) -> None:
             round_of(spec),
             [("exists", host_file), ("listdir", "/tmp"), ("write", inside_file)],
         )
-        # only the path down to the project (re-bound under the tmpfs) is there
-        first = Path(root).relative_to("/tmp").parts[0]
-        assert results == [False, [first], "ok"]
+        # only the paths down to the project and to an interpreter living under /tmp
+        # (a CI checkout's virtualenv), re-bound read-only under the tmpfs, are there
+        bound = [Path(root), *tools_under_tmp([sys.executable])]
+        firsts = sorted({p.relative_to("/tmp").parts[0] for p in bound})
+        assert [results[0], sorted(results[1]), results[2]] == [False, firsts, "ok"]
+
         assert not os.path.exists(inside_file)
     finally:
         os.unlink(host_file)

@@ -16,7 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -208,6 +208,34 @@ def private_dirs(*, exclude: Sequence[Path] = ()) -> list[Path]:
     return found
 
 
+def tools_under_tmp(inner: Sequence[str], env: Mapping[str, str] | None = None) -> list[Path]:
+    """Interpreters and environments under /tmp that the job needs to see.
+
+    The sandbox's /tmp is a fresh tmpfs, so a virtualenv (or any PATH / PYTHONPATH
+    entry) living under /tmp — a CI checkout, say — would vanish; these prefixes are
+    bound back read-only: ``/x/.venv/bin/python`` and ``/x/.venv/bin`` give ``/x/.venv``.
+    """
+    env = os.environ if env is None else env
+    candidates: list[str] = [inner[0]] if inner and os.path.isabs(inner[0]) else []
+    for var in ("PATH", "PYTHONPATH"):
+        candidates += [p for p in env.get(var, "").split(os.pathsep) if os.path.isabs(p)]
+    tmp = Path("/tmp")
+    out: list[Path] = []
+    for candidate in candidates:
+        path = Path(os.path.abspath(candidate))
+        if path.parent.name == "bin" and path.name != "bin":
+            path = path.parent
+        if path.name == "bin":
+            path = path.parent
+        if path != tmp and path.is_relative_to(tmp) and path.exists() and not _covered(path, out):
+            out = [p for p in out if not p.is_relative_to(path)] + [path]
+    return out
+
+
+def _covered(path: Path, by: Sequence[Path]) -> bool:
+    return any(path.is_relative_to(p) for p in by)
+
+
 def bwrap_argv(
     inner: Sequence[str],
     *,
@@ -218,6 +246,7 @@ def bwrap_argv(
     bwrap: str | None = None,
     create: bool = True,
     devices: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The bwrap command line running ``inner`` for the round ``layout``.
 
@@ -242,6 +271,7 @@ def bwrap_argv(
     if not trainee.is_relative_to(root):
         read_only.append(trainee)
     read_only += [Path(p).resolve() for p in extra_ro]
+    read_only += [p for p in tools_under_tmp(inner, env) if not _covered(p, read_only)]
     for path in read_only:
         argv += ["--ro-bind", str(path), str(path)]
     for path in writable:
@@ -263,7 +293,9 @@ def wrap(
 ) -> RenderedRound:
     """``rendered`` with its argv run inside the sandbox; env, cwd and display unchanged
     (bwrap passes the environment through)."""
-    argv = bwrap_argv(rendered.argv, layout=rnd, cwd=rendered.cwd, network=network, bwrap=bwrap)
+    argv = bwrap_argv(
+        rendered.argv, layout=rnd, cwd=rendered.cwd, network=network, bwrap=bwrap, env=rendered.env
+    )
     return msgspec.structs.replace(rendered, argv=tuple(argv))
 
 

@@ -736,18 +736,21 @@ class SessionRunner:
             "invalid_decision": "failed",
             "required_metric_missing": "failed",
         }.get(stop_reason, "finished")
+        final = {
+            "status": status,
+            "stop_reason": stop_reason,
+            "error": error,
+            "finished_at": time.time(),
+        }
         with anyio.CancelScope(shield=True):
-            self.record = await self.store.update_session(
-                self.record.index,
-                status=status,
-                stop_reason=stop_reason,
-                error=error,
-                finished_at=time.time(),
-            )
+            # The report is on disk before anyone can see the session as ended.
+            self.record = msgspec.structs.replace(self.record, **final)
             try:
                 await self._write_outputs(report=True)
             except Exception:
                 log.exception("%s: writing the report failed", self.record.id)
+            self.record = await self.store.update_session(self.record.index, **final)
+
             state = self.state
             self.emit(
                 "session.finished",
