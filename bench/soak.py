@@ -49,7 +49,9 @@ TIMEOUT_MINUTES = 0.025
 """1.5 s: the rounds drawn to hang are stopped by the round timeout."""
 GOAL_FDS = 3
 GOAL_THREADS = 3
-GOAL_RSS_MIB = 40.0
+GOAL_RSS_MIB = 16.0
+"""RSS growth allowed from the first quarter of the rounds (caches and the event window
+filled, arenas grown) to the end."""
 
 TRAIN_PY = textwrap.dedent(
     """\
@@ -140,7 +142,7 @@ def llm_script(rounds: int, rng: random.Random) -> list[dict[str, Any]]:
     for index in range(2, rounds + 2):
         if rng.random() < 0.05:
             items.append({"content": "Sure! {lr: bigger"})
-        items.append(plan(round(0.0005 + index * 0.004, 6), index))
+        items.append(plan(round(1e-4 + (index * 0.6180339887 % 1.0) * 0.9, 8), index))
     return items
 
 
@@ -152,7 +154,10 @@ def fd_kinds(pid: int) -> Counter[str]:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
-        kinds[target.split(":[")[0] if ":[" in target else os.path.dirname(target)] += 1
+        if ":" in target and not target.startswith("/"):
+            kinds[target.split(":[")[0]] += 1  # socket, pipe, anon_inode:inotify, ...
+        else:
+            kinds[os.path.dirname(target)] += 1
     return kinds
 
 
@@ -214,7 +219,7 @@ def stored_events(database: Path) -> list[tuple[int, str, dict[str, Any]]]:
     return [(int(i), str(k), json.loads(d)) for i, k, d in rows]
 
 
-def soak(rounds: int, seed: int) -> int:
+def soak(rounds: int, seed: int, policy: str = "llm") -> int:
     rng = random.Random(seed)
     base = Path(tempfile.mkdtemp(prefix="tr-soak-", dir="/tmp"))
     project = base / "proj"
@@ -255,11 +260,12 @@ def soak(rounds: int, seed: int) -> int:
                         "project_root": str(project),
                         "env": env,
                         "cwd": str(project),
-                        "policy": "llm",
+                        "policy": policy,
                     },
                 )
                 subscriber.start()
                 start_stats: dict[str, float] | None = None
+                warm_stats: dict[str, float] | None = None
                 peak = {"fds": 0.0, "rss_mib": 0.0, "threads": 0.0}
                 last_report = time.monotonic()
                 while True:
@@ -272,12 +278,15 @@ def soak(rounds: int, seed: int) -> int:
                     if start_stats is None and len(done) >= 3:  # two decisions made
                         start_stats = stats
                         start_fds = fd_kinds(pid)
+                    if warm_stats is None and len(done) >= rounds // 4:
+                        warm_stats = stats
                     if state["session"]["status"] != "running" and not state["running"]:
                         break
                     if time.monotonic() - last_report > 15:
                         last_report = time.monotonic()
                         print(
-                            f"  ... {len(done)}/{rounds} rounds, {time.monotonic() - started:.0f} s",
+                            f"  ... {len(done)}/{rounds} rounds, {time.monotonic() - started:.0f} s,"
+                            f" RSS {stats['rss_mib']:.1f} MiB, fds {stats['fds']:.0f}",
                             flush=True,
                         )
                     time.sleep(0.25)
@@ -290,7 +299,7 @@ def soak(rounds: int, seed: int) -> int:
         daemon.stop()
         _kill_leftover_daemons(daemon)
 
-    assert start_stats is not None
+    assert start_stats is not None and warm_stats is not None
     statuses = Counter(r["status"] for r in state["rounds"])
     stored = stored_events(project / ".trainee" / "runtime.sqlite3")
     stored_ids = [i for i, _, _ in stored]
@@ -315,10 +324,11 @@ def soak(rounds: int, seed: int) -> int:
     print("round statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
     print(f"decision requests: {requests - 1} for {len(indices) - 1} decisions")
     print()
-    print(f"{'':14}{'start':>10}{'end':>10}{'peak':>10}{'delta':>10}")
+    quarter = f"round {rounds // 4}"
+    print(f"{'':14}{'round 3':>10}{quarter:>11}{'end':>10}{'peak':>10}{'end - ' + quarter:>17}")
     for key, label in (("fds", "open fds"), ("rss_mib", "RSS MiB"), ("threads", "threads")):
-        a, b, p = start_stats[key], end_stats[key], peak[key]
-        print(f"{label:14}{a:10.1f}{b:10.1f}{p:10.1f}{b - a:+10.1f}")
+        a, w, b, p = start_stats[key], warm_stats[key], end_stats[key], peak[key]
+        print(f"{label:14}{a:10.1f}{w:11.1f}{b:10.1f}{p:10.1f}{b - w:+17.1f}")
     grown = {
         k: end_fds[k] - start_fds[k] for k in end_fds | start_fds if end_fds[k] != start_fds[k]
     }
@@ -343,8 +353,8 @@ def soak(rounds: int, seed: int) -> int:
         problems.append("open fds grew")
     if end_stats["threads"] - start_stats["threads"] > GOAL_THREADS:
         problems.append("threads grew")
-    if end_stats["rss_mib"] - start_stats["rss_mib"] > GOAL_RSS_MIB:
-        problems.append("RSS grew")
+    if end_stats["rss_mib"] - warm_stats["rss_mib"] > GOAL_RSS_MIB:
+        problems.append("RSS grew after the warm-up")
     if lost or subscriber.error:
         problems.append("events were lost")
     if left:
@@ -358,27 +368,31 @@ def soak(rounds: int, seed: int) -> int:
 
 
 def _names(pid: int, project: Path) -> bool:
+    """True for a live process whose command line names the project or whose cwd is in it."""
+    root = str(project)
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         stat = Path(f"/proc/{pid}/stat").read_bytes()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return False
     if stat[stat.rfind(b")") + 2 :].split()[0] in (b"Z", b"X"):
         return False
-    return str(project).encode() in cmdline or (
-        b"train.py" in cmdline and str(project).encode() in cmdline
-    )
+    return root.encode() in cmdline or cwd == root or cwd.startswith(root + "/")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=200, help="rounds of the session")
     parser.add_argument("--seed", type=int, default=7, help="draws the flaky behaviour")
+    parser.add_argument(
+        "--policy", choices=["llm", "random"], default="llm", help="who decides (default: llm)"
+    )
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error("--rounds must be at least 2")
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    return soak(args.rounds, args.seed)
+    return soak(args.rounds, args.seed, args.policy)
 
 
 if __name__ == "__main__":

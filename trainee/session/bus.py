@@ -18,7 +18,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from trainee.spec.wire import Event
 
-RETAIN_BYTES = 32 * 2**20
+RETAIN_BYTES = 2 * 2**20
 """Encoded JSON bytes of events kept for replay; older ones are read from the store."""
 
 _encode = msgspec.json.encode
