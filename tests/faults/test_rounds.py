@@ -33,7 +33,6 @@ from tests.faults.helpers import (
     starts_of,
 )
 from trainee.errors import InvalidState
-from trainee.monitor.process import RoundHandle, is_alive
 from trainee.monitor.tail import MAX_LINE
 
 pytestmark = pytest.mark.e2e
@@ -97,33 +96,9 @@ def _monitor_project(tmp_path: Path) -> Path:
     )
 
 
-def test_a_killed_monitor_marks_its_round_failed_and_ends_its_job(
-    daemon: Node, tmp_path: Path
-) -> None:
-    project = _monitor_project(tmp_path)
-    _hold(project)
-    monitor = _kill_monitor_mid_round_2(daemon, project)
-    state = daemon.wait_finished(project)
-    # The job held while ``hold`` exists: only the daemon ending it lets round 3 finish
-    # without an orphan of round 2 beside it.
-    assert not is_alive(RoundHandle(monitor["pid"], monitor["start_time"], "", "", "", ""))
-    assert_no_orphans(project, timeout=2)
-    rounds = state["rounds"]
-    assert rounds[1]["status"] == "failed", rounds[1]
-    assert rounds[1]["returncode"] is None and rounds[1]["signal"] is None
-    assert state["session"]["status"] == "finished", state["session"]
-    check_outputs(project, state)
-    _store_is_consistent(project)
-    assert daemon.alive()
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py (_watch_round): a round whose monitor dies while the daemon runs is "
-    "marked failed and the session moves on; it should be re-run with its recorded "
-    "decision (attempt 1), as _resume_round does after a restart",
-)
 def test_a_killed_monitor_gets_its_round_rerun(daemon: Node, tmp_path: Path) -> None:
+    """The monitor killed while the daemon runs: its job is ended, the round is marked
+    and run again with its recorded params (attempt 1), and the session goes on."""
     project = _monitor_project(tmp_path)
     hold = _hold(project)
     try:
@@ -343,12 +318,6 @@ def test_a_reader_holding_the_store_and_a_brief_writer_lock_do_not_disturb_the_s
     assert_no_orphans(project)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py: a store error inside _watch_round's task group ends the session with "
-    "'ExceptionGroup: unhandled errors in a TaskGroup' instead of the store's own message, "
-    "and the round's job runs on unsupervised with the round left 'running'",
-)
 def test_a_store_locked_longer_than_the_busy_timeout_stops_the_session_clearly(
     daemon: Node, tmp_path: Path
 ) -> None:

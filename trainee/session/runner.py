@@ -9,6 +9,7 @@ re-adopted, one whose monitor died is re-run with its recorded decision.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import math
@@ -68,6 +69,8 @@ OUTPUT_LINES_PER_EVENT = 200
 FAILURE_TAIL_LINES = 50
 OFFSET_SAVE_INTERVAL = 1.0
 EVENT_FLUSH_INTERVAL = 0.25
+MAX_ATTEMPTS = 3
+"""A round whose monitor keeps dying is run at most this many times, then marked failed."""
 
 
 @dataclass
@@ -479,7 +482,10 @@ class SessionRunner:
                 handle.pid,
             )
             self.emit("round.readopted", {"round": rec.index, "pid": handle.pid})
-            return await self._watch_round(spec, rec, rnd, handle, readopted=True)
+            summary = await self._watch_round(spec, rec, rnd, handle, readopted=True)
+            if summary is not None:
+                return summary
+            rec = await self._mark_rerun(rec)
         stray = None if rec.status == "running" else _unrecorded_launch(rnd)
         if rec.status == "running" or stray is not None:
             if stray is not None:
@@ -512,10 +518,22 @@ class SessionRunner:
 
     async def _run_round(self, spec: ProjectSpec, rec: RoundRecord) -> RoundSummary:
         rnd = self.session_layout.round(rec.index)
-        if rec.attempt:
-            _clear_round_files(rnd)
-        handle = await self._launch(spec, rec, rnd)
-        return await self._watch_round(spec, rec, rnd, handle, readopted=False)
+        while True:
+            if rec.attempt:
+                _clear_round_files(rnd)
+            handle = await self._launch(spec, rec, rnd)
+            summary = await self._watch_round(spec, rec, rnd, handle, readopted=False)
+            if summary is not None:
+                return summary
+            rec = await self._mark_rerun(rec)
+
+    async def _mark_rerun(self, rec: RoundRecord) -> RoundRecord:
+        """The round's monitor died without an exit record: run it again, same params."""
+        log.warning("%s round %d: its monitor died; re-running it", self.record.id, rec.index)
+        self.emit("round.rerun", {"round": rec.index, "attempt": rec.attempt + 1})
+        return await self.store.update_round(
+            self.record.index, rec.index, status="pending", attempt=rec.attempt + 1
+        )
 
     async def _watch_round(
         self,
@@ -525,7 +543,7 @@ class SessionRunner:
         handle: RoundHandle,
         *,
         readopted: bool,
-    ) -> RoundSummary:
+    ) -> RoundSummary | None:
         self.control.current = handle
         placeholders = rnd.placeholders()
         extractor = Extractor(
@@ -622,18 +640,35 @@ class SessionRunner:
                     )
                     self.emit("activity", {"round": rec.index, "last_activity_at": last_activity})
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_tail)
-            tg.start_soon(stop_watcher)
-            if mtime_globs or heartbeat_globs:
-                tg.start_soon(watch_signals)
-            exit_info = await wait_exit(handle)
-            stop_tail.set()
-            # the tailer drains every file to its end after ``stop``, then returns
-            with anyio.move_on_after(30):
-                await tail_finished.wait()
-            tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run_tail)
+                tg.start_soon(stop_watcher)
+                if mtime_globs or heartbeat_globs:
+                    tg.start_soon(watch_signals)
+                exit_info = await wait_exit(handle)
+                stop_tail.set()
+                # the tailer drains every file to its end after ``stop``, then returns
+                with anyio.move_on_after(30):
+                    await tail_finished.wait()
+                tg.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():
+            raise  # daemon shutdown: the round runs on and the next daemon re-adopts it
+        except BaseException as exc:
+            # Supervision failed (e.g. the store stopped answering): the round must not
+            # run on unwatched. Stop it, record it as failed, and report the real cause.
+            request_stop(handle)
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await self.store.update_round(self.record.index, rec.index, status="failed")
+            raise _first_error(exc) from exc
         self.control.current = None
+        if (
+            exit_info.lost
+            and not self.control.stop_requested.is_set()
+            and rec.attempt < MAX_ATTEMPTS - 1
+        ):
+            return None  # the caller re-runs the round with its recorded params
+
         extractor_points = await anyio.to_thread.run_sync(extractor.read_files)
         if extractor_points:
             await self.store.add_points(
@@ -789,7 +824,15 @@ def _expand(patterns: list[str]) -> list[str]:
     return out
 
 
+def _first_error(exc: BaseException) -> BaseException:
+    """The error inside a task group's ExceptionGroup (its first leaf), for a clear message."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _status_of(info: ExitInfo, missing_required: list[str]) -> str:
+
     if info.stopped:
         return "stopped"
     if info.timed_out:
