@@ -121,11 +121,18 @@ def _comm(pid: int) -> str:
 
 
 def _signal_all(pgid: int | None, pids: Iterable[int], sig: int) -> None:
+    """``sig`` once to each process: the group by killpg, the others one by one.
+
+    Sending it twice (group and pid) would hit a job that is already shutting down
+    after the first SIGTERM (Python restores the default handler while it exits).
+    """
     if pgid is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
+            if pgid is not None and os.getpgid(pid) == pgid:
+                continue
             os.kill(pid, sig)
 
 
