@@ -161,6 +161,39 @@ def run_cli(
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def copy_example(name: str, dest: Path) -> Path:
+    """A fresh copy of ``examples/<name>`` (without runtime state) at ``dest/<name>``."""
+    target = dest / name
+    shutil.copytree(
+        REPO / "examples" / name,
+        target,
+        ignore=shutil.ignore_patterns(
+            "runtime.sqlite3*", "artifacts", "runs", "logs", "cache", "outputs", "__pycache__"
+        ),
+    )
+    return target
+
+
+def venv_env(runtime: Path) -> dict[str, str]:
+    """A private daemon's environment where ``python`` is this venv's (it has numpy)."""
+    env = base_env(runtime)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+@pytest.fixture
+def venv_daemon(short_dir: Path) -> Iterator[Daemon]:
+    """A started daemon whose jobs find this venv's python; stopped at the end."""
+    d = Daemon(runtime=short_dir, env=venv_env(short_dir))
+    line = d.start()
+    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
+    try:
+        yield d
+    finally:
+        d.stop()
+        _kill_leftover_daemons(d)
+
+
 @pytest.fixture
 def daemon_env(short_dir: Path) -> Iterator[dict[str, str]]:
     """The environment for CLI calls that autostart their own daemon; it is stopped after."""

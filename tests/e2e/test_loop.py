@@ -28,7 +28,15 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import REPO, CliResult, Daemon, _kill_leftover_daemons, base_env, run_cli
+from tests.conftest import (
+    REPO,
+    CliResult,
+    Daemon,
+    _kill_leftover_daemons,
+    base_env,
+    copy_example,
+    run_cli,
+)
 from tests.fakes.llm_server import FakeLLM
 
 pytestmark = pytest.mark.e2e
@@ -42,19 +50,6 @@ OK = {"content": "OK"}
 
 
 # -- helpers shared by the e2e loop tests ----------------------------------------------
-
-
-def copy_example(name: str, dest: Path) -> Path:
-    """A fresh copy of ``examples/<name>`` (without runtime state) at ``dest/<name>``."""
-    target = dest / name
-    shutil.copytree(
-        EXAMPLES / name,
-        target,
-        ignore=shutil.ignore_patterns(
-            "runtime.sqlite3*", "artifacts", "runs", "logs", "cache", "outputs", "__pycache__"
-        ),
-    )
-    return target
 
 
 def llm_env(base: dict[str, str], fake: FakeLLM, **extra: str) -> dict[str, str]:

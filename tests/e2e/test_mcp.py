@@ -11,11 +11,9 @@ on a copy of examples/mlp-flags (random policy, unsafe mode).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,50 +29,18 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from yaml import safe_load as yaml_safe_load
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, base_env
+from tests.conftest import Daemon, copy_example
 from trainee.api.table import registry
 from trainee.errors import TraineeError
 from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = REPO / "examples" / "mlp-flags"
 SESSION = "session-0001"
 T = TypeVar("T")
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def copy_example(dest: Path) -> Path:
-    target = dest / "mlp-flags"
-    shutil.copytree(
-        EXAMPLE,
-        target,
-        ignore=shutil.ignore_patterns(
-            "runtime.sqlite3*", "artifacts", "runs", "logs", "cache", "__pycache__"
-        ),
-    )
-    return target
-
-
-def venv_env(runtime: Path) -> dict[str, str]:
-    """A private daemon's environment; ``python`` is this venv's (it has numpy)."""
-    env = base_env(runtime)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    return env
-
-
-@pytest.fixture
-def mcp_daemon(short_dir: Path) -> Iterator[Daemon]:
-    d = Daemon(runtime=short_dir, env=venv_env(short_dir))
-    line = d.start()
-    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
-    try:
-        yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
 
 
 def server_params(env: dict[str, str], cwd: Path | None = None) -> StdioServerParameters:
@@ -188,10 +154,10 @@ def test_trainee_mcp_help_loads_no_sdk() -> None:
 # -- tools over stdio (2025 handshake) -------------------------------------------------------
 
 
-def test_every_registry_method_is_a_tool_with_its_schema(mcp_daemon: Daemon) -> None:
+def test_every_registry_method_is_a_tool_with_its_schema(venv_daemon: Daemon) -> None:
     async def main() -> tuple[types.InitializeResult, list[types.Tool], Any]:
         async with (
-            stdio_client(server_params(mcp_daemon.env)) as (read, write),
+            stdio_client(server_params(venv_daemon.env)) as (read, write),
             ClientSession(read, write) as session,
         ):
             init = await session.initialize()
@@ -209,12 +175,12 @@ def test_every_registry_method_is_a_tool_with_its_schema(mcp_daemon: Daemon) -> 
         tool = by_name[method.name]
         assert tool.input_schema == method.params_schema(), method.name
         assert tool.description is not None and tool.description.startswith(method.summary)
-    assert mcp_daemon.proc is not None and hello["pid"] == mcp_daemon.proc.pid
-    assert hello == rpc(mcp_daemon, "daemon_hello", {})
+    assert venv_daemon.proc is not None and hello["pid"] == venv_daemon.proc.pid
+    assert hello == rpc(venv_daemon, "daemon_hello", {})
 
 
-def test_a_bad_call_gets_the_same_error_as_json_rpc(mcp_daemon: Daemon, tmp_path: Path) -> None:
-    project = copy_example(tmp_path)
+def test_a_bad_call_gets_the_same_error_as_json_rpc(venv_daemon: Daemon, tmp_path: Path) -> None:
+    project = copy_example("mlp-flags", tmp_path)
     bad_tuning = {
         "project_root": str(project),
         "launch": {"command": ["python", "train.py"]},
@@ -235,12 +201,12 @@ def test_a_bad_call_gets_the_same_error_as_json_rpc(mcp_daemon: Daemon, tmp_path
     before = (project / ".trainee" / "tuning.yaml").read_text()
 
     async def main() -> list[types.CallToolResult]:
-        async with legacy_stdio(mcp_daemon.env) as session:
+        async with legacy_stdio(venv_daemon.env) as session:
             return [await session.call_tool(name, args) for name, args in calls]
 
     results = run(main)
     for (name, args), result in zip(calls, results, strict=True):
-        expected = rpc_error(mcp_daemon, name, args)
+        expected = rpc_error(venv_daemon, name, args)
         assert result.is_error, name
         first = result.content[0]
         assert isinstance(first, types.TextContent)
@@ -269,15 +235,15 @@ def test_mcp_starts_the_daemon_when_none_runs(daemon_env: dict[str, str]) -> Non
 # -- a whole session through MCP ---------------------------------------------------------
 
 
-def test_a_session_run_through_mcp_tools_and_resources(mcp_daemon: Daemon, tmp_path: Path) -> None:
+def test_a_session_run_through_mcp_tools_and_resources(venv_daemon: Daemon, tmp_path: Path) -> None:
     """SDK default client (2026-07-28): tools, listen for updates, resources, the report."""
-    project = copy_example(tmp_path)
+    project = copy_example("mlp-flags", tmp_path)
     report, round2_log = report_uri(project), log_uri(project, 2)
 
     async def main() -> dict[str, Any]:
         out: dict[str, Any] = {"updates": []}
         # cwd = tmp_path: a relative project_root is resolved where `trainee mcp` runs.
-        async with Client(server_params(mcp_daemon.env, cwd=tmp_path)) as client:
+        async with Client(server_params(venv_daemon.env, cwd=tmp_path)) as client:
             out["tools"] = {t.name for t in (await client.list_tools()).tools}
             out["project"] = ok(
                 await client.call_tool("project_get", {"project_root": "mlp-flags"})
@@ -330,9 +296,9 @@ def test_a_session_run_through_mcp_tools_and_resources(mcp_daemon: Daemon, tmp_p
     assert "not a trainee resource" in foreign.message
 
 
-def test_legacy_subscription_over_stdio(mcp_daemon: Daemon, tmp_path: Path) -> None:
+def test_legacy_subscription_over_stdio(venv_daemon: Daemon, tmp_path: Path) -> None:
     """``resources/subscribe`` (2025): an update per finished round and at the session's end."""
-    project = copy_example(tmp_path)
+    project = copy_example("mlp-flags", tmp_path)
     report = report_uri(project)
     updates: list[str] = []
 
@@ -344,7 +310,7 @@ def test_legacy_subscription_over_stdio(mcp_daemon: Daemon, tmp_path: Path) -> N
             if updates.count(report) >= 3:  # round 1, round 2, the session's end
                 done.set()
 
-        async with legacy_stdio(mcp_daemon.env, on_update) as session:
+        async with legacy_stdio(venv_daemon.env, on_update) as session:
             await subscribe(session, report)
             ok(await session.call_tool("loop_start", start_args(project)))
             with anyio.fail_after(90):
@@ -359,11 +325,11 @@ def test_legacy_subscription_over_stdio(mcp_daemon: Daemon, tmp_path: Path) -> N
 # -- streamable HTTP inside the daemon -----------------------------------------------------
 
 
-def test_streamable_http_with_the_token(mcp_daemon: Daemon, tmp_path: Path) -> None:
-    project = copy_example(tmp_path)
+def test_streamable_http_with_the_token(venv_daemon: Daemon, tmp_path: Path) -> None:
+    project = copy_example("mlp-flags", tmp_path)
     report = report_uri(project)
-    url = mcp_daemon.http_url + "/mcp"
-    headers = {"Authorization": f"Bearer {mcp_daemon.token}"}
+    url = venv_daemon.http_url + "/mcp"
+    headers = {"Authorization": f"Bearer {venv_daemon.token}"}
     updates: list[str] = []
 
     async def main() -> dict[str, Any]:
@@ -395,7 +361,7 @@ def test_streamable_http_with_the_token(mcp_daemon: Daemon, tmp_path: Path) -> N
     out = run(main)
     assert sorted(out["tools"]) == sorted(registry.names())
     assert out["tools"]["loop_start"].input_schema == registry.get("loop_start").params_schema()
-    expected = rpc_error(mcp_daemon, "logs_tail", {"session": 3, "round": 1})
+    expected = rpc_error(venv_daemon, "logs_tail", {"session": 3, "round": 1})
     assert out["bad"].is_error and out["bad"].content[0].text == expected.message
     assert out["started"]["session"] == SESSION
     assert out["state"]["session"]["status"] == "finished"
@@ -405,7 +371,7 @@ def test_streamable_http_with_the_token(mcp_daemon: Daemon, tmp_path: Path) -> N
     assert contents.text.startswith(f"# Trainee report — {SESSION}")
 
 
-def test_streamable_http_refuses_without_token_host_or_origin(mcp_daemon: Daemon) -> None:
+def test_streamable_http_refuses_without_token_host_or_origin(venv_daemon: Daemon) -> None:
     initialize = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -417,8 +383,8 @@ def test_streamable_http_refuses_without_token_host_or_origin(mcp_daemon: Daemon
         },
     }
     accept = {"Accept": "application/json, text/event-stream"}
-    bearer = {"Authorization": f"Bearer {mcp_daemon.token}", **accept}
-    with httpx.Client(base_url=mcp_daemon.http_url, timeout=30) as http:
+    bearer = {"Authorization": f"Bearer {venv_daemon.token}", **accept}
+    with httpx.Client(base_url=venv_daemon.http_url, timeout=30) as http:
         no_token = http.post("/mcp", json=initialize, headers=accept)
         assert no_token.status_code == 401, no_token.text
         assert "access token" in no_token.json()["error"]["message"]
@@ -439,10 +405,10 @@ def test_streamable_http_refuses_without_token_host_or_origin(mcp_daemon: Daemon
 # -- an agent driving the loop through the stage interfaces ------------------------------
 
 
-def test_an_agent_drives_an_external_session_over_mcp(mcp_daemon: Daemon, tmp_path: Path) -> None:
+def test_an_agent_drives_an_external_session_over_mcp(venv_daemon: Daemon, tmp_path: Path) -> None:
     """Register a project, run 3 rounds through plan_submit / round_run / round_result, read the
     report; an invalid plan gets the same precise error as over JSON-RPC."""
-    project = copy_example(tmp_path)
+    project = copy_example("mlp-flags", tmp_path)
     root = str(project)
     project_yaml = yaml_safe_load((project / ".trainee" / "project.yaml").read_text())
     tuning = yaml_safe_load((project / ".trainee" / "tuning.yaml").read_text())
@@ -452,7 +418,7 @@ def test_an_agent_drives_an_external_session_over_mcp(mcp_daemon: Daemon, tmp_pa
 
     async def main() -> dict[str, Any]:
         out: dict[str, Any] = {}
-        async with legacy_stdio(mcp_daemon.env) as session:
+        async with legacy_stdio(venv_daemon.env) as session:
             out["tools"] = {t.name for t in (await session.list_tools()).tools}
             out["registered"] = ok(await session.call_tool("project_register", register))
             start = {**start_args(project, rounds=3), "policy": "external"}
@@ -463,7 +429,7 @@ def test_an_agent_drives_an_external_session_over_mcp(mcp_daemon: Daemon, tmp_pa
             out["bad"] = await session.call_tool("plan_submit", bad_plan)
             # the same plan over JSON-RPC while the session is waiting for it
             out["rpc_bad"] = await anyio.to_thread.run_sync(
-                lambda: rpc_error(mcp_daemon, "plan_submit", bad_plan)
+                lambda: rpc_error(venv_daemon, "plan_submit", bad_plan)
             )
             out["two"] = ok(await session.call_tool("round_run", {
                 "session": SESSION, "project_root": root, "hypothesis": "a larger step",

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
 import select
-import shutil
 import sqlite3
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -24,47 +21,20 @@ import httpx
 import jsonschema
 import pytest
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, base_env, run_cli
+from tests.conftest import (
+    REPO,
+    Daemon,
+    copy_example,
+    run_cli,
+)
 from trainee.api.table import registry
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = REPO / "examples" / "mlp-flags"
 SESSION = "session-0001"
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def copy_example(dest: Path, name: str = "mlp-flags") -> Path:
-    target = dest / name
-    shutil.copytree(
-        EXAMPLE,
-        target,
-        ignore=shutil.ignore_patterns(
-            "runtime.sqlite3*", "artifacts", "runs", "logs", "cache", "__pycache__"
-        ),
-    )
-    return target
-
-
-def venv_env(runtime: Path) -> dict[str, str]:
-    """A private daemon's environment; ``python`` is this venv's (it has numpy)."""
-    env = base_env(runtime)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    return env
-
-
-@pytest.fixture
-def web_daemon(short_dir: Path) -> Iterator[Daemon]:
-    d = Daemon(runtime=short_dir, env=venv_env(short_dir))
-    line = d.start()
-    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
-    try:
-        yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
 
 
 def client(daemon: Daemon, *, token: bool = True, timeout: float = 30) -> httpx.Client:
@@ -195,29 +165,29 @@ def raw_get(daemon: Daemon, path: str, headers: dict[str, str] | None = None) ->
 # -- pages and the token ---------------------------------------------------------------------
 
 
-def test_pages_are_served_without_the_token_and_hold_no_secret(web_daemon: Daemon) -> None:
-    with client(web_daemon, token=False) as http:
+def test_pages_are_served_without_the_token_and_hold_no_secret(venv_daemon: Daemon) -> None:
+    with client(venv_daemon, token=False) as http:
         for path in ("/", "/llm-test"):
             page = http.get(path)
             assert page.status_code == 200, path
             assert page.headers["content-type"].startswith("text/html")
             assert "script-src 'self'" in page.headers["content-security-policy"]
             assert page.headers["x-frame-options"] == "DENY"
-            assert web_daemon.token not in page.text
+            assert venv_daemon.token not in page.text
         scripts = re.findall(r'src="(/static/[^"]+)"', http.get("/").text)
         styles = re.findall(r'href="(/static/[^"]+\.css)"', http.get("/").text)
         assert scripts and styles
         for path in scripts + styles:
             r = http.get(path)
             assert r.status_code == 200, path
-            assert web_daemon.token not in r.text
+            assert venv_daemon.token not in r.text
     for path in (
         "/static/../trainee/__init__.py",
         "/static/..%2F..%2Ftrainee%2F__init__.py",
         "/static/%2E%2E/%2E%2E/pyproject.toml",
         "/static//etc/passwd",
     ):
-        status, body = raw_get(web_daemon, path)
+        status, body = raw_get(venv_daemon, path)
         assert status == 404, (path, status)
         assert b"__version__" not in body and b"root:" not in body, path
 
@@ -232,9 +202,9 @@ def test_web_files_fetch_nothing_from_outside() -> None:
         assert "@import url(" not in text
 
 
-def test_token_url_becomes_an_httponly_cookie(web_daemon: Daemon) -> None:
-    token = web_daemon.token
-    with client(web_daemon, token=False) as http:
+def test_token_url_becomes_an_httponly_cookie(venv_daemon: Daemon) -> None:
+    token = venv_daemon.token
+    with client(venv_daemon, token=False) as http:
         r = http.get(f"/?token={quote(token)}&project=%2Fsome%20where", follow_redirects=False)
         assert r.status_code == 303
         assert r.headers["location"] == "/?project=%2Fsome%20where"
@@ -244,7 +214,7 @@ def test_token_url_becomes_an_httponly_cookie(web_daemon: Daemon) -> None:
         assert r.headers["cache-control"] == "no-store"
         # the client now holds the cookie: the API answers
         assert http.get("/api/tools").status_code == 200
-    with client(web_daemon, token=False) as http:
+    with client(venv_daemon, token=False) as http:
         wrong = http.get("/?token=not-the-token", follow_redirects=False)
         assert wrong.status_code == 401
         assert "set-cookie" not in wrong.headers
@@ -263,8 +233,8 @@ API_GETS = [
 
 
 @pytest.mark.parametrize("path", API_GETS)
-def test_every_api_route_needs_the_token(web_daemon: Daemon, path: str) -> None:
-    with client(web_daemon, token=False) as http:
+def test_every_api_route_needs_the_token(venv_daemon: Daemon, path: str) -> None:
+    with client(venv_daemon, token=False) as http:
         assert http.get(path).status_code == 401
         assert http.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert http.get(path, headers={"X-Trainee-Token": "wrong"}).status_code == 401
@@ -274,15 +244,15 @@ def test_every_api_route_needs_the_token(web_daemon: Daemon, path: str) -> None:
 
 
 @pytest.mark.parametrize("path", ["/", "/static/js/app.js", *API_GETS])
-def test_foreign_host_is_refused_everywhere(web_daemon: Daemon, path: str) -> None:
-    port = urlsplit(web_daemon.http_url).port
-    with client(web_daemon) as http:
+def test_foreign_host_is_refused_everywhere(venv_daemon: Daemon, path: str) -> None:
+    port = urlsplit(venv_daemon.http_url).port
+    with client(venv_daemon) as http:
         for host in (f"evil.example:{port}", f"127.0.0.1.nip.io:{port}", "127.0.0.1:1"):
             assert http.get(path, headers={"Host": host}).status_code == 421, host
 
 
-def test_foreign_origin_cannot_change_state(web_daemon: Daemon, tmp_path: Path) -> None:
-    with client(web_daemon) as http:
+def test_foreign_origin_cannot_change_state(venv_daemon: Daemon, tmp_path: Path) -> None:
+    with client(venv_daemon) as http:
         evil = {"Origin": "http://evil.example"}
         r = http.post(
             "/api/tools/loop_start",
@@ -301,8 +271,8 @@ def test_foreign_origin_cannot_change_state(web_daemon: Daemon, tmp_path: Path) 
 # -- OpenAPI --------------------------------------------------------------------------------
 
 
-def test_openapi_is_generated_from_the_registry(web_daemon: Daemon) -> None:
-    with client(web_daemon) as http:
+def test_openapi_is_generated_from_the_registry(venv_daemon: Daemon) -> None:
+    with client(venv_daemon) as http:
         doc = http.get("/api/openapi.json").json()
     assert doc["openapi"].startswith("3.1")
     paths = doc["paths"]
@@ -337,15 +307,15 @@ def test_openapi_is_generated_from_the_registry(web_daemon: Daemon) -> None:
 
 
 @pytest.fixture
-def finished(web_daemon: Daemon, tmp_path: Path) -> tuple[Daemon, Path]:
+def finished(venv_daemon: Daemon, tmp_path: Path) -> tuple[Daemon, Path]:
     """A project whose first session (2 rounds, random policy) has finished."""
-    project = copy_example(tmp_path)
-    with client(web_daemon) as http:
+    project = copy_example("mlp-flags", tmp_path)
+    with client(venv_daemon) as http:
         assert start_session(http, project) == SESSION
         state = wait_finished(http, project)
     assert state["session"]["status"] == "finished", state["session"]
     wait_stored(project)
-    return web_daemon, project
+    return venv_daemon, project
 
 
 def test_round_log_offset_length_and_tail(finished: tuple[Daemon, Path]) -> None:
@@ -474,12 +444,12 @@ def test_events_replay_from_the_store_match_it(finished: tuple[Daemon, Path]) ->
     assert not any(daemon.token in json.dumps(e) for e in got)
 
 
-def test_reconnect_with_last_event_id_loses_nothing(web_daemon: Daemon, tmp_path: Path) -> None:
+def test_reconnect_with_last_event_id_loses_nothing(venv_daemon: Daemon, tmp_path: Path) -> None:
     """Read part of a live session, drop the connection, reconnect with Last-Event-ID."""
-    project = copy_example(tmp_path)
+    project = copy_example("mlp-flags", tmp_path)
     root = quote(str(project))
     path = f"/api/sessions/{SESSION}/events?project_root={root}"
-    with client(web_daemon) as http:
+    with client(venv_daemon) as http:
         first = SSE(http, path)
         ready = first.next()
         assert ready["event"] == "ready"
@@ -510,11 +480,11 @@ def test_reconnect_with_last_event_id_loses_nothing(web_daemon: Daemon, tmp_path
 
 
 def test_events_of_another_project_with_the_same_session_id_stay_out(
-    web_daemon: Daemon, tmp_path: Path
+    venv_daemon: Daemon, tmp_path: Path
 ) -> None:
-    a = copy_example(tmp_path / "a")
-    b = copy_example(tmp_path / "b")
-    with client(web_daemon) as http:
+    a = copy_example("mlp-flags", tmp_path / "a")
+    b = copy_example("mlp-flags", tmp_path / "b")
+    with client(venv_daemon) as http:
         sse = SSE(http, f"/api/sessions/{SESSION}/events?project_root={quote(str(a))}")
         try:
             assert sse.next()["event"] == "ready"
@@ -550,8 +520,8 @@ def test_events_survive_a_daemon_restart(finished: tuple[Daemon, Path]) -> None:
     assert [(e["id"], e["kind"]) for e in got] == [e for e in stored if e[0] > half]
 
 
-def test_bad_event_stream_requests(web_daemon: Daemon, tmp_path: Path) -> None:
-    with client(web_daemon) as http:
+def test_bad_event_stream_requests(venv_daemon: Daemon, tmp_path: Path) -> None:
+    with client(venv_daemon) as http:
         root = quote(str(tmp_path))
         assert http.get(f"/api/sessions/nope/events?project_root={root}").status_code == 400
         r = http.get(
@@ -567,18 +537,18 @@ def test_bad_event_stream_requests(web_daemon: Daemon, tmp_path: Path) -> None:
         assert not (tmp_path / ".trainee").exists(), "a stream request must create nothing"
 
 
-def test_daemon_stops_with_a_stream_open(web_daemon: Daemon, tmp_path: Path) -> None:
-    with client(web_daemon) as http:
+def test_daemon_stops_with_a_stream_open(venv_daemon: Daemon, tmp_path: Path) -> None:
+    with client(venv_daemon) as http:
         sse = SSE(http, f"/api/sessions/{SESSION}/events?project_root={quote(str(tmp_path))}")
         assert sse.next()["event"] == "ready"
-        assert web_daemon.stop() == 0
+        assert venv_daemon.stop() == 0
         with pytest.raises((EOFError, httpx.HTTPError)):
             sse.next()
         sse.close()
 
 
-def test_system_prompt_route(web_daemon: Daemon) -> None:
-    with client(web_daemon) as http:
+def test_system_prompt_route(venv_daemon: Daemon) -> None:
+    with client(venv_daemon) as http:
         default = http.get("/api/runtime/system-prompt").json()
         assert default["is_default"] and default["prompt"]
         changed = http.put("/api/runtime/system-prompt", json={"prompt": "Be brief."}).json()

@@ -33,7 +33,14 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, base_env, run_cli
+from tests.conftest import (
+    REPO,
+    Daemon,
+    _kill_leftover_daemons,
+    copy_example,
+    run_cli,
+    venv_env,
+)
 from tests.fakes.llm_server import FakeLLM
 from trainee.llm import client
 from trainee.llm.settings import load_settings
@@ -497,24 +504,6 @@ def runtime() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def copy_example(dest: Path, name: str = "mlp-flags") -> Path:
-    target = dest / name
-    shutil.copytree(
-        REPO / "examples" / name,
-        target,
-        ignore=shutil.ignore_patterns(
-            "runtime.sqlite3*", "artifacts", "runs", "logs", "cache", "outputs", "__pycache__"
-        ),
-    )
-    return target
-
-
-def session_env(runtime: Path) -> dict[str, str]:
-    env = base_env(runtime)
-    env["PATH"] = str(Path(sys.executable).parent) + ":" + env.get("PATH", "")
-    return env
-
-
 def loop_get(env: dict[str, str], project: Path) -> dict[str, Any]:
     result = run_cli(
         "call", "loop_get", "--input", json.dumps({"project_root": str(project)}), env=env
@@ -542,7 +531,7 @@ def finished(state: dict[str, Any]) -> bool:
 
 
 def start_daemon(runtime: Path) -> Daemon:
-    d = Daemon(runtime=runtime, env=session_env(runtime))
+    d = Daemon(runtime=runtime, env=venv_env(runtime))
     line = d.start()
     assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
     return d
@@ -555,7 +544,10 @@ def test_a_tpe_session_killed_and_resumed_continues_its_study(
     """SIGKILL the daemon after round 3; the next daemon resumes the session and every
     round's params equal those of an uninterrupted session with the same seed."""
     rounds = 9
-    straight, interrupted = copy_example(tmp_path / "a"), copy_example(tmp_path / "b")
+    straight, interrupted = (
+        copy_example("mlp-flags", tmp_path / "a"),
+        copy_example("mlp-flags", tmp_path / "b"),
+    )
     d = start_daemon(runtime)
     env = d.env
     try:
@@ -601,7 +593,7 @@ def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
     and the stored decision says the LLM took S2. In TPE's start-up phase the
     suggestions depend only on the seed (1: with no decision.seed, the session's number) and the number of
     known results, so the test can compute them before the session runs."""
-    project = copy_example(tmp_path)
+    project = copy_example("mlp-flags", tmp_path)
     real = load_project(str(project))
     baseline = baseline_of(real)
     state = new_state("val_loss", "min")
@@ -625,7 +617,7 @@ def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
     suggestions, _ = TpePolicy(seed=1).suggest(state, real.tunables, baseline, 3)
     s2 = suggestions[1].params
     with FakeLLM([{"content": "OK"}, answer(s2, "[S2] take the second suggestion")]) as fake:
-        env = session_env(runtime)
+        env = venv_env(runtime)
         env.update(
             TRAINEE_LLM_PROVIDER="openai_compatible",
             TRAINEE_LLM_BASE_URL=fake.openai_base_url,
