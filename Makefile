@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # chromium (the browser test of the web page; Playwright drives it, nothing is downloaded).
 EXAMPLE_REQS := $(wildcard examples/*/requirements.txt)
 
-.PHONY: all venv system-deps lint test test-fast demo bench bench-decisions install-systemd docs clean
+.PHONY: all venv system-deps cluster-deps lint test test-cluster test-fast demo bench bench-decisions install-systemd docs clean
 
 all: test
 
@@ -19,6 +19,27 @@ $(STAMP): pyproject.toml $(EXAMPLE_REQS)
 	@touch $@
 
 venv: $(STAMP)
+
+CLUSTER_STAMP := $(VENV)/.installed-cluster
+$(CLUSTER_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,optuna,ray]'
+	@touch $@
+
+# A single-node Slurm (Debian's slurmctld, slurmd, slurm-client, munge) that the
+# cluster tests start on loopback themselves; Ray comes from the `ray` extra.
+cluster-deps:
+	@missing=""; \
+	for c in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge; do \
+	  command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else \
+	    echo "missing Debian packages:$$missing — run: sudo apt-get install$$missing"; exit 1; \
+	  fi; \
+	fi
 
 # Installs missing Debian packages with apt-get when running as root (CI does);
 # otherwise names the command to run.
@@ -44,10 +65,14 @@ lint: $(STAMP)
 	$(PY) docs/gen_api.py --check
 
 test: $(STAMP) system-deps lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --ignore=tests/cluster
+
+# Rounds on a real Slurm and a real Ray head, both started by the tests on loopback.
+test-cluster: $(CLUSTER_STAMP) system-deps cluster-deps
+	$(VENV)/bin/pytest -q tests/cluster
 
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -q -x -m "not e2e"
+	$(VENV)/bin/pytest -q -x -m "not e2e" --ignore=tests/cluster
 
 demo: $(STAMP) system-deps
 	$(PY) -m trainee.demo

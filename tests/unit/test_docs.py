@@ -23,6 +23,7 @@ SECTIONS: dict[str, type[msgspec.Struct]] = {
     "metrics": files.MetricsSpec,
     "metrics.specs[]": files.MetricSpec,
     "advanced": files.AdvancedSpec,
+    "advanced.backend": files.BackendSpec,
     "llm": files.LlmBudgetSpec,
     "decision": files.DecisionSpec,
     "tuning.yaml": files.TuningFileSpec,

@@ -53,6 +53,8 @@ class LiveView:
         self.latest: dict[str, tuple[float, Any]] = {}
         self.last_metric_print = 0.0
         self.finished: dict[str, Any] | None = None
+        self.active: set[int] = set()
+        """Rounds running now: with parallel candidates, output lines name their round."""
 
     def say(self, text: str, style: str | None = None) -> None:
         self.console.print(text, style=style, markup=False)
@@ -85,8 +87,11 @@ class LiveView:
         who = d.get("policy", "")
         if d.get("provider"):
             who += f" via {d['provider']} {d.get('model', '')}".rstrip()
+        step = ""
+        if int(d.get("batch_size") or 1) > 1:
+            step = f"step {d.get('batch')}: "
         self.say(
-            f"\n── decision for round {d.get('round')} ({who})"
+            f"\n── {step}decision for round {d.get('round')} ({who})"
             + (" [repaired]" if d.get("repaired") else ""),
             "cyan",
         )
@@ -97,18 +102,41 @@ class LiveView:
         self.say(f"   change:     {diff_text(d.get('diff') or {})}")
         self.say(f"   expected:   {d.get('expected')}")
 
+    def on_batch_started(self, d: dict[str, Any]) -> None:
+        rounds = ", ".join(str(r) for r in d.get("rounds", []))
+        self.say(f"\n═══ step {d.get('batch')}: rounds {rounds} run at once ═══", "bold")
+
+    def on_batch_finished(self, d: dict[str, Any]) -> None:
+        ended = ", ".join(
+            f"round {r} {s}"
+            for r, s in zip(d.get("rounds", []), d.get("statuses", []), strict=False)
+        )
+        self.say(f"═══ step {d.get('batch')} done: {ended}", "bold")
+
     def on_round_started(self, d: dict[str, Any]) -> None:
         attempt = f" (attempt {d['attempt'] + 1})" if d.get("attempt") else ""
+        where = ""
+        if d.get("backend") not in (None, "local"):
+            where = f" [{d.get('backend')} job {d.get('job_id')}]"
         self.say(
-            f"\n━━ round {d.get('round')}{attempt} ━━ {d.get('hypothesis', '')}", "bold magenta"
+            f"\n━━ round {d.get('round')}{attempt}{where} ━━ {d.get('hypothesis', '')}",
+            "bold magenta",
         )
         self.say(f"$ {d.get('command')}", "dim")
+        if isinstance(d.get("round"), int):
+            self.active.add(d["round"])
         self.latest = {}
 
+    def on_round_state(self, d: dict[str, Any]) -> None:
+        self.say(f"round {d.get('round')}: {d.get('state')} ({d.get('detail')})", "dim")
+
     def on_round_readopted(self, d: dict[str, Any]) -> None:
-        self.say(
-            f"round {d.get('round')}: re-adopted its running monitor (pid {d.get('pid')})", "yellow"
+        what = (
+            f"{d.get('backend')} job {d.get('job_id')}"
+            if d.get("job_id")
+            else (f"its running monitor (pid {d.get('pid')})")
         )
+        self.say(f"round {d.get('round')}: re-adopted {what}", "yellow")
 
     def on_round_rerun(self, d: dict[str, Any]) -> None:
         self.say(f"round {d.get('round')}: its monitor was lost; running it again", "yellow")
@@ -116,9 +144,10 @@ class LiveView:
     def on_output(self, d: dict[str, Any]) -> None:
         if d.get("skipped"):
             self.say(f"  … {d['skipped']} lines not shown (all are in the round log)", "dim")
+        mark = f"r{d.get('round')} │ " if len(self.active) > 1 else "│ "
         for line in d.get("lines", []):
             style = "red" if line.get("stream") == "stderr" else None
-            self.say("  │ " + str(line.get("text", "")), style)
+            self.say("  " + mark + str(line.get("text", "")), style)
 
     def on_metric(self, d: dict[str, Any]) -> None:
         for name, value, step, _seq in d.get("points", []):
@@ -133,6 +162,7 @@ class LiveView:
             self.say(f"  ▸ {shown}", "green")
 
     def on_round_finished(self, d: dict[str, Any]) -> None:
+        self.active.discard(d.get("round"))  # type: ignore[arg-type]
         name = d.get("metric_name") or "metric"
         metric = d.get("metric")
         value = f"{name}={_fmt(metric)}" if metric is not None else f"{name}: none"
@@ -146,6 +176,8 @@ class LiveView:
         )
         if d.get("verdict_reason"):
             self.say(f"   {d['verdict_reason']}", "dim")
+        if d.get("error"):
+            self.say(f"   {d['error']}", "red")
 
     def on_session_finished(self, d: dict[str, Any]) -> None:
         self.finished = d
@@ -160,11 +192,16 @@ class LiveView:
         if state:
             name = d.get("metric_name") or "metric"
             table = Table(title=f"{self.session}: {d.get('status')} ({d.get('stop_reason')})")
-            for col in ("round", "status", name, "verdict", "change vs baseline"):
+            rounds = state.get("rounds", [])
+            steps = [r.get("batch") or 0 for r in rounds]
+            show_steps = any(s > 0 and steps.count(s) > 1 for s in steps)
+            cols = ("round", "status", name, "verdict", "change vs baseline")
+            for col in ("step", *cols) if show_steps else cols:
                 table.add_column(col)
-            for r in state.get("rounds", []):
+            for r in rounds:
                 metric = r.get("primary_metric")
                 table.add_row(
+                    *([str(r.get("batch") or 0)] if show_steps else []),
                     str(r.get("index")),
                     str(r.get("status")),
                     _fmt(metric) if metric is not None else "-",

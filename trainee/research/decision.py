@@ -5,6 +5,12 @@ tolerant about the wrapping (code fences, prose around the JSON) but never
 about the names: a parameter given by its flag or a close synonym is reported
 back with a suggestion, it is never renamed. Validation lists every problem at
 once, so the model gets exactly one repair request with all of them.
+
+When several rounds run at once the model is asked for k plans in one answer,
+``{"plans": [plan, ...]}``: :func:`plans_json_schema`, :func:`parse_plans` and
+:func:`validate_plans` are the batch counterparts, reading each plan exactly as a
+single one is read. A batch problem names its plan: ``plans[1].params.lr``
+(``plans[0]`` is the first plan).
 """
 
 from __future__ import annotations
@@ -23,16 +29,21 @@ __all__ = [
     "PLAN_KEYS",
     "DecisionPlan",
     "ParseResult",
+    "PlansResult",
     "Problem",
     "effective_params",
     "format_value",
     "params_diff",
     "params_equal",
     "parse_plan",
+    "parse_plans",
+    "plan_field",
     "plan_json_schema",
+    "plans_json_schema",
     "repair_message",
     "suggest_name",
     "validate_plan",
+    "validate_plans",
     "values_equal",
 ]
 
@@ -100,6 +111,37 @@ class ParseResult(msgspec.Struct):
     notes: list[str]
 
 
+class PlansResult(msgspec.Struct):
+    """The plans of a k-plan response: one :class:`ParseResult` per plan kept (at most k).
+
+    ``results[i]`` holds plan i's own problems and notes, fields unprefixed (``params.lr``);
+    ``problems`` and ``notes`` are about the response as a whole: field ``response`` when
+    no plans could be read, field ``plans`` only for the count ("expected 3 plans, got 2").
+    :meth:`all_problems` gives every problem with the plan prefixes, for the repair request.
+    """
+
+    results: list[ParseResult]
+    problems: list[Problem]
+    notes: list[str]
+
+    @property
+    def plans(self) -> list[DecisionPlan | None]:
+        """The plans in order; None where that item held no usable plan object."""
+        return [r.plan for r in self.results]
+
+    def all_problems(self) -> list[Problem]:
+        """The response's problems, then each plan's, named ``plans[i].<field>``."""
+        out = list(self.problems)
+        for i, r in enumerate(self.results):
+            out.extend(Problem(plan_field(i, p.field), p.reason) for p in r.problems)
+        return out
+
+
+def plan_field(index: int, field: str) -> str:
+    """The name of a field of the plan at ``index`` in a batch: ``plans[1].params.lr``."""
+    return f"plans[{index}].{field}" if field else f"plans[{index}]"
+
+
 # -- schema ------------------------------------------------------------------------------
 
 
@@ -140,6 +182,28 @@ def plan_json_schema(tunables: Sequence[TunableSpec]) -> dict[str, Any]:
             },
         },
         "required": list(PLAN_KEYS),
+        "additionalProperties": False,
+    }
+
+
+def plans_json_schema(tunables: Sequence[TunableSpec], k: int) -> dict[str, Any]:
+    """The JSON schema of a k-plan answer: ``{"plans": [plan, ...]}``, 1 to k plans."""
+    k = max(1, k)
+    item = plan_json_schema(tunables)
+    return {
+        "title": "DecisionPlans",
+        "type": "object",
+        "properties": {
+            "plans": {
+                "type": "array",
+                "description": f"Exactly {k} plans with different hypotheses; each one is run "
+                "as its own round, at the same time as the others.",
+                "items": item,
+                "minItems": 1,
+                "maxItems": k,
+            },
+        },
+        "required": ["plans"],
         "additionalProperties": False,
     }
 
@@ -188,34 +252,169 @@ def parse_plan(text: str, tunables: Sequence[TunableSpec]) -> ParseResult:
 
 def _parse_plan(text: str, tunables: Sequence[TunableSpec]) -> ParseResult:
     notes: list[str] = []
-    if not isinstance(text, str) or not text.strip():
-        return ParseResult(
-            plan=None, problems=[Problem("response", "empty; expected one JSON object")], notes=[]
-        )
-    if len(text) > _MAX_TEXT:
-        notes.append(f"response is {len(text)} chars; only the last {_MAX_TEXT} were searched")
-        text = text[-_MAX_TEXT:]
+    text, empty = _searchable(text, notes, "one JSON object")
+    if empty is not None:
+        return ParseResult(plan=None, problems=[empty], notes=notes)
     objects = _top_level_objects(text)
-    plans: list[dict[str, Any]] = []
-    for obj in objects:
-        if any(k in obj for k in PLAN_KEYS):
-            plans.append(obj)
-            continue
-        for key, value in obj.items():
-            if isinstance(value, dict) and any(k in value for k in PLAN_KEYS):
-                notes.append(f"the plan was read from inside the field '{_clip(key)}'")
-                plans.append(value)
-                break
+    plans = _plan_objects(objects, notes)
     if not plans:
-        reason = (
-            "no JSON object with the plan fields found"
-            if objects
-            else "no JSON object found; reply with one JSON object"
-        )
-        return ParseResult(plan=None, problems=[Problem("response", reason)], notes=notes)
+        return ParseResult(plan=None, problems=[_not_found(objects)], notes=notes)
     if len(plans) > 1:
         notes.append(f"response held {len(plans)} plan objects; the last one was used")
     return _read_plan(plans[-1], tunables, notes)
+
+
+def _searchable(text: str, notes: list[str], wanted: str) -> tuple[str, Problem | None]:
+    """The part of ``text`` that is searched, or a problem when there is nothing to search."""
+    if not isinstance(text, str) or not text.strip():
+        return "", Problem("response", f"empty; expected {wanted}")
+    if len(text) > _MAX_TEXT:
+        notes.append(f"response is {len(text)} chars; only the last {_MAX_TEXT} were searched")
+        text = text[-_MAX_TEXT:]
+    return text, None
+
+
+def _not_found(objects: list[dict[str, Any]]) -> Problem:
+    reason = (
+        "no JSON object with the plan fields found"
+        if objects
+        else "no JSON object found; reply with one JSON object"
+    )
+    return Problem("response", reason)
+
+
+def _is_plan(value: Any) -> bool:
+    return isinstance(value, dict) and any(k in value for k in PLAN_KEYS)
+
+
+def _plan_objects(objects: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
+    """The objects that are plans, or wrap one in a field (read from there with a note)."""
+    plans: list[dict[str, Any]] = []
+    for obj in objects:
+        if _is_plan(obj):
+            plans.append(obj)
+            continue
+        for key, value in obj.items():
+            if _is_plan(value):
+                notes.append(f"the plan was read from inside the field '{_clip(key)}'")
+                plans.append(value)
+                break
+    return plans
+
+
+def parse_plans(text: str, tunables: Sequence[TunableSpec], k: int) -> PlansResult:
+    """Find the k plans of a batch answer and read each like :func:`parse_plan`; never raises.
+
+    Accepts ``{"plans": [...]}`` (or the list under another field, with a note), a bare
+    JSON list of plans, plan objects one after another, and a single plan (a list of one,
+    with a note), raw, fenced or wrapped in prose. More than k plans: the first k are kept
+    (with a note); fewer than k is the problem ``plans: expected k plans, got n``.
+    """
+    try:
+        return _parse_plans(text, tunables, max(1, k))
+    except Exception as exc:  # a parser bug must not take the session down
+        return PlansResult(
+            results=[],
+            problems=[Problem("response", f"could not be read as plans ({type(exc).__name__})")],
+            notes=[],
+        )
+
+
+def _parse_plans(text: str, tunables: Sequence[TunableSpec], k: int) -> PlansResult:
+    notes: list[str] = []
+    text, empty = _searchable(text, notes, '{"plans": [...]} with ' + f"{k} plans")
+    if empty is not None:
+        return PlansResult(results=[], problems=[empty], notes=notes)
+    items, problem = _plan_items(text, notes)
+    if problem is not None:
+        return PlansResult(results=[], problems=[problem], notes=notes)
+    if len(items) > k:
+        notes.append(f"response held {len(items)} plans; the first {k} were kept")
+        items = items[:k]
+    results = [_read_item(item, tunables) for item in items]
+    problems: list[Problem] = []
+    if len(items) < k:
+        problems.append(Problem("plans", f"expected {k} plans, got {len(items)}"))
+    for i, r in enumerate(results):
+        notes.extend(f"{plan_field(i, '')}: {n}" for n in r.notes)
+    return PlansResult(results=results, problems=problems, notes=notes)
+
+
+def _plan_items(text: str, notes: list[str]) -> tuple[list[Any], Problem | None]:
+    """The items of the plan list in ``text`` (plan objects, or whatever the model put in
+    the list), or the problem when there is none."""
+    objects = _top_level_objects(text)
+    # 1. an object holding the list: {"plans": [...]}, or the list under another field
+    listed: list[tuple[str, list[Any]]] = []
+    for obj in objects:
+        if isinstance(obj.get("plans"), list):
+            listed.append(("plans", obj["plans"]))
+            continue
+        for key, value in obj.items():
+            if isinstance(value, list) and any(_is_plan(v) for v in value):
+                listed.append((key, value))
+                break
+    if listed:
+        key, items = listed[-1]
+        if key != "plans":
+            notes.append(f"the plans were read from the field '{_clip(key)}'")
+        if len(listed) > 1:
+            notes.append(f"response held {len(listed)} lists of plans; the last one was used")
+        return items, None
+    for obj in objects:
+        if "plans" in obj and not _is_plan(obj):
+            value = obj["plans"]
+            if _is_plan(value):
+                notes.append("'plans' held a single plan object, not a list; read as one plan")
+                return [value], None
+            return [], Problem(
+                "response", f"'plans' must be a list of plan objects, got {_show(value)}"
+            )
+    # 2. a bare JSON list, the whole response or a fenced block
+    bare = _bare_list(text)
+    if bare is not None:
+        return bare, None
+    # 3. plan objects one after another (in prose, or a list that did not decode as a whole)
+    plans = _plan_objects(objects, notes)
+    if not plans:
+        return [], _not_found(objects)
+    if len(plans) == 1:
+        notes.append("a single plan object was given, not a list of plans; read as one plan")
+    return list(plans), None
+
+
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)```", re.S)
+
+
+def _bare_list(text: str) -> list[Any] | None:
+    """The response as a JSON list of plans, when it is one (or one fenced block is)."""
+    for candidate in (text, *(m.group(1) for m in _FENCE.finditer(text))):
+        stripped = candidate.strip()
+        if not stripped.startswith("["):
+            continue
+        try:
+            value = msgspec.json.decode(stripped)
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            continue
+        if isinstance(value, list) and value and any(_is_plan(v) for v in value):
+            return value
+    return None
+
+
+def _read_item(item: Any, tunables: Sequence[TunableSpec]) -> ParseResult:
+    """One item of the plan list, read as :func:`parse_plan` reads a plan object."""
+    notes: list[str] = []
+    if not isinstance(item, dict):
+        reason = f"must be a plan object with the plan fields, got {_show(item)}"
+        return ParseResult(plan=None, problems=[Problem("", reason)], notes=notes)
+    if not _is_plan(item):
+        nested = _plan_objects([item], notes)
+        if not nested:
+            return ParseResult(
+                plan=None, problems=[Problem("", "an object without the plan fields")], notes=notes
+            )
+        item = nested[0]
+    return _read_plan(item, tunables, notes)
 
 
 def _read_plan(
@@ -478,6 +677,48 @@ def validate_plan(
     return problems
 
 
+def validate_plans(
+    plans: Sequence[DecisionPlan | None],
+    tunables: Sequence[TunableSpec],
+    *,
+    baseline: dict[str, Any],
+    tried: Iterable[dict[str, Any]],
+    rejected: Iterable[dict[str, Any]],
+) -> list[list[Problem]]:
+    """Every rule each plan of a batch breaks, one list per plan (None: nothing to check).
+
+    Each plan is checked by :func:`validate_plan`; on top, the earlier plans of the same
+    batch count as tried, so the k plans are k different parameter sets. Fields are not
+    prefixed (see :func:`plan_field`).
+    """
+    tried = list(tried)
+    rejected = list(rejected)
+    out: list[list[Problem]] = []
+    earlier: list[tuple[int, dict[str, Any]]] = []
+    for i, plan in enumerate(plans):
+        if plan is None:
+            out.append([])
+            continue
+        problems = validate_plan(plan, tunables, baseline=baseline, tried=tried, rejected=rejected)
+        if plan.stop or not plan.params:
+            out.append(problems)
+            continue
+        candidate = effective_params(baseline, plan.params)
+        if not any(p.field == "params" or p.field.startswith("params.") for p in problems):
+            same = next((j for j, e in earlier if params_equal(candidate, e)), None)
+            if same is not None:
+                problems.append(
+                    Problem(
+                        "params",
+                        f"the same parameter set as {plan_field(same, '')}; every plan of the "
+                        "batch must change something different",
+                    )
+                )
+        earlier.append((i, candidate))
+        out.append(problems)
+    return out
+
+
 def _value_problem(spec: TunableSpec, value: Any) -> str | None:
     """Why ``value`` is not allowed for ``spec``, or None."""
     if spec.type == ParamType.BOOL:
@@ -556,24 +797,49 @@ def params_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
 # -- repair ------------------------------------------------------------------------------
 
 
-def repair_message(problems: list[Problem]) -> str:
-    """The one repair request: every problem, the rules again, corrected JSON only."""
-    lines = ["Your plan was not accepted. Fix every problem below:"]
+def repair_message(problems: list[Problem], *, plans: int = 1) -> str:
+    """The one repair request: every problem, the rules again, corrected JSON only.
+
+    With ``plans`` > 1 it asks for the corrected ``{"plans": [...]}`` answer of a batch.
+    """
+    batch = plans > 1
+    if batch:
+        lines = [
+            "Your plans were not accepted. Fix every problem below "
+            "(plans[0] is the first plan, plans[1] the second, ...):"
+        ]
+    else:
+        lines = ["Your plan was not accepted. Fix every problem below:"]
     if problems:
         lines.extend(f"- {p.field}: {p.reason}" for p in problems)
     else:
         lines.append("- response: no valid plan was found")
+    lines += ["", "Rules:"]
+    if batch:
+        lines += [
+            f'- Reply with exactly one JSON object {{"plans": [...]}} holding {plans} plans; '
+            "each plan has the fields hypothesis, change_summary, params, expected, stop, "
+            "stop_reason. No prose, no code fences.",
+            "- Keep the plans that had no problem as they were.",
+            "- Every plan must have its own parameter set: no two plans alike, and none "
+            "that was already tried or rejected.",
+        ]
+    else:
+        lines += [
+            "- Reply with exactly one JSON object with the fields hypothesis, change_summary, "
+            "params, expected, stop, stop_reason. No prose, no code fences.",
+        ]
     lines += [
-        "",
-        "Rules:",
-        "- Reply with exactly one JSON object with the fields hypothesis, change_summary, "
-        "params, expected, stop, stop_reason. No prose, no code fences.",
         "- params holds only parameters from the search space, by their exact names "
         "(not flags, not synonyms), with values of the right type inside the bounds or "
         "choices. Parameters you leave out keep their baseline values.",
-        "- Do not repeat a parameter set that was already tried or rejected.",
+    ]
+    if not batch:
+        lines.append("- Do not repeat a parameter set that was already tried or rejected.")
+    lines += [
         "- expected states the success criterion for the primary metric (a number or a direction).",
-        "- To end the session set stop to true and give a stop_reason.",
+        "- To end the session set stop to true and give a stop_reason"
+        + (" (one plan is enough)." if batch else "."),
         "",
         "Reply with the corrected JSON object only.",
     ]

@@ -6,6 +6,10 @@ the baseline, the best so far, the recent rounds (a compact table with verdicts
 and the judged predictions), tried and rejected changes, the log tail of the
 last failed round, the journal of past sessions, and last the JSON shape and
 rules. Every section is bounded and truncation is marked ``[... truncated N chars]``.
+
+When k rounds run at once the answer section asks for k plans with different
+hypotheses in one ``{"plans": [...]}`` object instead (``plans=k``, or
+:func:`ask_for_plans` on messages already built).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "PromptLimits",
     "PromptParts",
+    "ask_for_plans",
     "build_messages",
     "format_diff",
     "journal_section",
@@ -121,8 +126,12 @@ def build_messages(
     *,
     baseline_params: dict[str, Any],
     limits: PromptLimits | None = None,
+    plans: int = 1,
 ) -> list[dict[str, Any]]:
-    """``[system, user]`` messages for the next decision. Deterministic for equal inputs."""
+    """``[system, user]`` messages for the next decision. Deterministic for equal inputs.
+
+    ``plans`` > 1 asks for that many plans with different hypotheses in one answer.
+    """
     lim = limits or PromptLimits()
     n = lim.section_chars
     sections: list[_Section] = []
@@ -160,12 +169,52 @@ def build_messages(
     if failure is not None:
         add("failure", failure[0], failure[1], "tail")
     add("journal", "Past sessions on this project (journal)", parts.journal, optional=True)
-    answer = _answer(state, tunables)
-    sections.append(_Section("answer", "Your answer", answer, "head", len(answer)))
+    answer = _answer(state, tunables, plans)
+    sections.append(_Section("answer", _ANSWER, answer, "head", len(answer)))
 
     user = _fit(sections, lim.total_chars)
     system = truncate((parts.system_prompt or DEFAULT_SYSTEM_PROMPT).strip(), n)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+_ANSWER = "Your answer"
+"""The heading of the last section, the one :func:`ask_for_plans` replaces."""
+
+
+def ask_for_plans(
+    messages: list[dict[str, Any]],
+    k: int,
+    state: ResearchState,
+    tunables: Sequence[TunableSpec],
+) -> list[dict[str, Any]]:
+    """``messages`` (as :func:`build_messages` made them, perhaps with sections added by a
+    policy) asking for ``k`` plans: the answer section of the last user message is replaced
+    by the k-plan one (appended when there is none). ``k`` <= 1 returns them unchanged.
+
+    The k-plan answer section has a fixed size, so the user message grows by a few hundred
+    characters at most over the single-plan one.
+    """
+    if k <= 1:
+        return list(messages)
+    index = next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"),
+        None,
+    )
+    section = f"## {_ANSWER}\n\n{_answer(state, tunables, k)}"
+    if index is None:
+        return [*messages, {"role": "user", "content": section}]
+    content = str(messages[index].get("content") or "")
+    heading = f"## {_ANSWER}\n"
+    cut = content.rfind("\n\n" + heading)
+    if cut >= 0:
+        content = content[:cut] + "\n\n" + section
+    elif content.startswith(heading):
+        content = section
+    else:
+        content = content.rstrip() + "\n\n" + section
+    out = list(messages)
+    out[index] = {**messages[index], "content": content}
+    return out
 
 
 def _render(sections: list[_Section]) -> str:
@@ -409,26 +458,51 @@ def _failure(state: ResearchState, max_lines: int) -> tuple[str, str] | None:
     return f"Log tail of the last failed round (round {r.index}, {_status(r)})", body
 
 
-def _answer(state: ResearchState, tunables: Sequence[TunableSpec]) -> str:
+def _answer(state: ResearchState, tunables: Sequence[TunableSpec], plans: int = 1) -> str:
     name = state.primary_metric or "the primary metric"
     example_name = tunables[0].name if tunables else "<name>"
+    plan = (
+        '{"hypothesis": "...", "change_summary": "...", '
+        f'"params": {{"{example_name}": <value>}}, "expected": "...", '
+        '"stop": false, "stop_reason": ""}'
+    )
+    rules = [
+        "- hypothesis: why this change should help, given the evidence above.",
+        "- change_summary: the change in a few words, and why it beats the alternatives.",
+        "- params: only the parameters you change, by their exact names in the search "
+        "space (not flags, not synonyms), with values of the right type inside the bounds "
+        "or choices. The others keep their baseline values.",
+        f"- expected: the success criterion as a number or direction for {name}; "
+        "it is checked after the round.",
+        "- Never propose a parameter set that was already tried or rejected.",
+    ]
+    if plans <= 1:
+        return "\n".join(
+            [
+                "Reply with exactly one JSON object, no prose, no code fences:",
+                plan,
+                "",
+                "Rules:",
+                *rules,
+                '- To end the session: "stop": true with a "stop_reason" (params may be {}).',
+            ]
+        )
     return "\n".join(
         [
-            "Reply with exactly one JSON object, no prose, no code fences:",
-            '{"hypothesis": "...", "change_summary": "...", '
-            f'"params": {{"{example_name}": <value>}}, "expected": "...", '
-            '"stop": false, "stop_reason": ""}',
+            f"{plans} rounds will run at the same time, one per plan. Propose exactly {plans} "
+            "plans with different hypotheses that together explore the search space well: "
+            "each tests its own idea (another parameter, direction or region), not small "
+            "variations of one change. Put the most promising plan first.",
             "",
-            "Rules:",
-            "- hypothesis: why this change should help, given the evidence above.",
-            "- change_summary: the change in a few words, and why it beats the alternatives.",
-            "- params: only the parameters you change, by their exact names in the search "
-            "space (not flags, not synonyms), with values of the right type inside the bounds "
-            "or choices. The others keep their baseline values.",
-            f"- expected: the success criterion as a number or direction for {name}; "
-            "it is checked after the round.",
-            "- Never propose a parameter set that was already tried or rejected.",
-            '- To end the session: "stop": true with a "stop_reason" (params may be {}).',
+            f"Reply with exactly one JSON object holding a list of {plans} plans, no prose, "
+            "no code fences:",
+            '{"plans": [' + plan + ", ...]}",
+            "",
+            "Rules for every plan:",
+            *rules,
+            "- No two plans may have the same parameter set.",
+            '- To end the session instead: a single plan with "stop": true and a '
+            '"stop_reason" (params may be {}).',
         ]
     )
 

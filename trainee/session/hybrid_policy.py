@@ -31,7 +31,7 @@ from trainee.research.prompt import PromptParts, format_diff
 from trainee.research.state import ResearchState, format_metric
 from trainee.session.llm_policy import LlmPolicy
 from trainee.session.optuna_policy import OptimizerView, Suggestion, TpePolicy
-from trainee.session.policy import Proposal
+from trainee.session.policy import Proposal, propose_one_by_one
 from trainee.spec import TunableSpec
 
 __all__ = ["DEFAULT_SUGGESTIONS", "HybridPolicy", "classify", "suggestions_section"]
@@ -88,6 +88,18 @@ class HybridPolicy(LlmPolicy):
             content = content[:cut] + "\n\n" + section + content[cut:]
         user["content"] = content
         return [*messages[:-1], user]
+
+    async def propose_batch(
+        self,
+        state: ResearchState,
+        tunables: Sequence[TunableSpec],
+        baseline: Mapping[str, Any],
+        k: int,
+    ) -> list[Proposal]:
+        """One choice among the optimizer's suggestions per candidate: each decision sees
+        the candidates chosen before it (the one-request batch of the LLM policy has no
+        place for the suggestion protocol)."""
+        return await propose_one_by_one(self, state, tunables, baseline, k)
 
     async def propose(
         self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]

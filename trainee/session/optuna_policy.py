@@ -211,13 +211,35 @@ class TpePolicy:
     ) -> Proposal:
         return await anyio.to_thread.run_sync(self.propose_now, state, tunables, dict(baseline))
 
+    async def propose_batch(
+        self,
+        state: ResearchState,
+        tunables: Sequence[TunableSpec],
+        baseline: Mapping[str, Any],
+        k: int,
+    ) -> list[Proposal]:
+        """``k`` distinct points from one study: TPE asks ``k`` times before any is told."""
+        return await anyio.to_thread.run_sync(
+            self.propose_many_now, state, tunables, dict(baseline), k
+        )
+
     # -- synchronous work (runs in a worker thread) --------------------------------------
 
     def propose_now(
         self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
     ) -> Proposal:
         """The next plan: TPE's first untried suggestion (a stop plan when there is none)."""
-        suggestions, notes = self.suggest(state, tunables, baseline, 1)
+        return self.propose_many_now(state, tunables, baseline, 1)[0]
+
+    def propose_many_now(
+        self,
+        state: ResearchState,
+        tunables: Sequence[TunableSpec],
+        baseline: Mapping[str, Any],
+        k: int,
+    ) -> list[Proposal]:
+        """Up to ``k`` plans of distinct untried points (one stop plan when there is none)."""
+        suggestions, notes = self.suggest(state, tunables, baseline, k)
         known = self.known(state)
         if not suggestions:
             plan = DecisionPlan(
@@ -228,8 +250,20 @@ class TpePolicy:
                 stop=True,
                 stop_reason="the search space looks exhausted: no untried point was found",
             )
-            return Proposal(plan=plan, policy=self.name, notes=notes)
-        s = suggestions[0]
+            return [Proposal(plan=plan, policy=self.name, notes=notes)]
+        return [
+            self._proposal(state, baseline, s, list(notes) if i == 0 else [], len(known))
+            for i, s in enumerate(suggestions)
+        ]
+
+    def _proposal(
+        self,
+        state: ResearchState,
+        baseline: Mapping[str, Any],
+        s: Suggestion,
+        notes: list[str],
+        n_known: int,
+    ) -> Proposal:
         full = effective_params(dict(baseline), s.params)
         summary = format_diff(params_diff(dict(baseline), full))
         if s.trial < 0:
@@ -245,8 +279,8 @@ class TpePolicy:
             expected=_expected(state),
         )
         notes.append(
-            f"tpe: trial {s.trial} of a study of {len(known)} known result(s), "
-            f"sampler seed {self._sampler_seed(len(known))}"
+            f"tpe: trial {s.trial} of a study of {n_known} known result(s), "
+            f"sampler seed {self._sampler_seed(n_known)}"
         )
         return Proposal(plan=plan, policy=self.name, notes=notes)
 

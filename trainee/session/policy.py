@@ -14,8 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainee.research.decision import DecisionPlan, effective_params, validate_plan
-from trainee.research.state import ResearchState
+import msgspec
+
+from trainee.research.decision import DecisionPlan, effective_params, params_diff, validate_plan
+from trainee.research.state import ResearchState, RoundSummary
 from trainee.spec import ParamType, TunableSpec
 
 POLICIES = ("llm", "random", "tpe", "hybrid", "external")
@@ -106,8 +108,49 @@ class RandomPolicy:
     async def propose(
         self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
     ) -> Proposal:
-        rng = seeded_rng(self.seed, "random", len(state.rounds))
-        tried = [r.params for r in state.rounds]
+        return (await self.propose_batch(state, tunables, baseline, 1))[0]
+
+    async def propose_batch(
+        self,
+        state: ResearchState,
+        tunables: Sequence[TunableSpec],
+        baseline: Mapping[str, Any],
+        k: int,
+    ) -> list[Proposal]:
+        """``k`` distinct untried points (fewer when the space runs out; a stop plan when
+        none is left)."""
+        out: list[Proposal] = []
+        for i in range(k):
+            found = self._draw(state, tunables, baseline, i, [p.plan.params for p in out])
+            if found is None:
+                break
+            out.append(found)
+        if out:
+            return out
+        plan = DecisionPlan(
+            hypothesis="",
+            change_summary="",
+            params={},
+            expected="",
+            stop=True,
+            stop_reason="random search found no untried point in 200 draws",
+        )
+        return [Proposal(plan=plan, policy=self.name)]
+
+    def _draw(
+        self,
+        state: ResearchState,
+        tunables: Sequence[TunableSpec],
+        baseline: Mapping[str, Any],
+        slot: int,
+        pending: list[dict[str, Any]],
+    ) -> Proposal | None:
+        # slot 0 draws exactly what a one-at-a-time session would
+        parts: tuple[object, ...] = (len(state.rounds),) if slot == 0 else (len(state.rounds), slot)
+        rng = seeded_rng(self.seed, "random", *parts)
+        tried = [r.params for r in state.rounds] + [
+            effective_params(dict(baseline), p) for p in pending
+        ]
         rejected = [r["params"] for r in state.rejected]
         for _ in range(200):
             params = sample_point(tunables, rng)
@@ -121,15 +164,7 @@ class RandomPolicy:
                 plan, tunables, baseline=dict(baseline), tried=tried, rejected=rejected
             ):
                 return Proposal(plan=plan, policy=self.name)
-        plan = DecisionPlan(
-            hypothesis="",
-            change_summary="",
-            params={},
-            expected="",
-            stop=True,
-            stop_reason="random search found no untried point in 200 draws",
-        )
-        return Proposal(plan=plan, policy=self.name)
+        return None
 
     def observe(self, params: Mapping[str, Any], metric: float | None, status: str) -> None:
         return None
@@ -137,3 +172,72 @@ class RandomPolicy:
 
 def full_params(baseline: Mapping[str, Any], plan: DecisionPlan) -> dict[str, Any]:
     return effective_params(dict(baseline), plan.params)
+
+
+async def propose_batch(
+    policy: Policy,
+    state: ResearchState,
+    tunables: Sequence[TunableSpec],
+    baseline: Mapping[str, Any],
+    k: int,
+) -> list[Proposal]:
+    """Up to ``k`` distinct plans for one step of parallel candidates.
+
+    A policy with its own ``propose_batch`` answers at once (the LLM in one request,
+    TPE with ``k`` asks); any other is asked ``k`` times, each time seeing the plans
+    already chosen as running rounds, so it neither repeats them nor needs to know
+    about batches. A stop plan ends the list (alone when it comes first).
+    """
+    if k <= 1:
+        return [await policy.propose(state, tunables, baseline)]
+    batch = getattr(policy, "propose_batch", None)
+    if batch is not None:
+        proposals: list[Proposal] = await batch(state, tunables, baseline, k)
+        return proposals
+    return await propose_one_by_one(policy, state, tunables, baseline, k)
+
+
+async def propose_one_by_one(
+    policy: Policy,
+    state: ResearchState,
+    tunables: Sequence[TunableSpec],
+    baseline: Mapping[str, Any],
+    k: int,
+) -> list[Proposal]:
+    """``k`` separate decisions, each seeing the plans chosen before it as running rounds."""
+    out: list[Proposal] = []
+    for _ in range(k):
+        proposal = await policy.propose(with_pending(state, baseline, out), tunables, baseline)
+        if proposal.plan.stop:
+            return out or [proposal]
+        out.append(proposal)
+    return out
+
+
+def with_pending(
+    state: ResearchState, baseline: Mapping[str, Any], pending: Sequence[Proposal]
+) -> ResearchState:
+    """``state`` plus the chosen but not yet run plans as running rounds (no result)."""
+    if not pending:
+        return state
+    first = max((r.index for r in state.rounds), default=0) + 1
+    extra = []
+    for i, p in enumerate(pending):
+        params = full_params(baseline, p.plan)
+        extra.append(
+            RoundSummary(
+                index=first + i,
+                status="running",
+                params=params,
+                diff=params_diff(dict(baseline), params),
+                metric=None,
+                metrics={},
+                hypothesis=p.plan.hypothesis,
+                expected=p.plan.expected,
+                verdict=None,
+                verdict_reason="",
+                duration_sec=None,
+                failure_tail=[],
+            )
+        )
+    return msgspec.structs.replace(state, rounds=[*state.rounds, *extra])

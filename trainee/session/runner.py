@@ -10,6 +10,7 @@ re-adopted, one whose monitor died is re-run with its recorded decision.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import logging
 import math
@@ -28,23 +29,15 @@ from trainee.errors import (
     SandboxError,
     TraineeError,
 )
+from trainee.launch.backends import Backend, JobRef, JobState, RoundJob, make_backend
+from trainee.launch.backends.base import clear_job_files
 from trainee.launch.layout import ProjectLayout, RoundLayout, SessionLayout
 from trainee.launch.render import render_round
 from trainee.launch.sandbox import check_bwrap, wrap
 from trainee.llm.settings import load_settings
 from trainee.metrics.extract import Extractor
 from trainee.monitor.activity import Activity
-from trainee.monitor.process import (
-    ExitInfo,
-    RoundHandle,
-    is_alive,
-    kill_orphans,
-    read_exit,
-    read_state,
-    request_stop,
-    spawn_round,
-    wait_exit,
-)
+from trainee.monitor.process import ExitInfo
 from trainee.monitor.tail import Line, tail_files
 from trainee.research.decision import params_diff
 from trainee.research.state import (
@@ -55,7 +48,7 @@ from trainee.research.state import (
     state_to_json,
 )
 from trainee.session.bus import EventBus
-from trainee.session.policy import Policy, Proposal, full_params
+from trainee.session.policy import Policy, Proposal, full_params, propose_batch
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec.wire import Event
 from trainee.store.db import Store
@@ -79,7 +72,6 @@ class SessionControl:
 
     stop_requested: anyio.Event = field(default_factory=anyio.Event)
     stop_reason: str = "user_stop"
-    current: RoundHandle | None = None
     decision_scope: anyio.CancelScope | None = None
 
     def request_stop(self, reason: str = "user_stop") -> None:
@@ -126,6 +118,8 @@ class SessionRunner:
         self.state: ResearchState | None = None
         self._unsaved: list[Event] = []
         self.policy: Policy | None = None
+        self.backend: Backend | None = None
+        self._outputs_lock = anyio.Lock()
 
     # -- events ----------------------------------------------------------------
 
@@ -185,7 +179,9 @@ class SessionRunner:
     async def _run(self) -> tuple[str, str | None]:
         self.spec = await anyio.to_thread.run_sync(load_project, self.record.project_root)
         spec = self.spec
-        if self._security_mode() == SecurityMode.GUARDED:
+        self.backend = make_backend(spec.advanced.backend, self.env)
+        if self._security_mode() == SecurityMode.GUARDED and self.backend.name == "local":
+            # cluster jobs check for bwrap on their node (the round fails there without it)
             await anyio.to_thread.run_sync(check_bwrap)
         rounds = await self.store.list_rounds(self.record.index)
         self.state = self._rebuild_state(spec, rounds)
@@ -203,14 +199,18 @@ class SessionRunner:
                 {"max_rounds": self.record.max_rounds, "policy": self.record.policy},
             )
 
-        # A round left unfinished by a previous daemon: re-adopt or re-run it.
+        # Rounds left unfinished by a previous daemon (a whole step of parallel
+        # candidates at most): re-adopted or re-run, all at once.
         unfinished = [r for r in rounds if r.status not in FINISHED]
-        for r in unfinished:
-            summary = await self._resume_round(spec, r)
-            self._observe(policy, summary)
+        if unfinished:
+            summaries = await self._run_batch(
+                [functools.partial(self._resume_round, spec, r) for r in unfinished]
+            )
+            for summary in summaries:
+                self._observe(policy, summary)
             if self.control.stop_requested.is_set():
                 return self.control.stop_reason, None
-            if summary.status == "completed_without_metrics":
+            if any(s.status == "completed_without_metrics" for s in summaries):
                 return "required_metric_missing", None
 
         while True:
@@ -221,41 +221,118 @@ class SessionRunner:
                 return reason, None
             if self.control.stop_requested.is_set():
                 return self.control.stop_reason, None
-            # The baseline runs first; again if the user stopped it before it finished.
+            # The baseline runs first, alone; again if the user stopped it before it finished.
+            plans: list[tuple[Proposal | None, dict[str, Any]]]
             if not any(not r.diff and r.status != "stopped" for r in done):
-                proposal = None
-                params = dict(baseline_params)
+                plans = [(None, dict(baseline_params))]
+                step = 0
             else:
-                assert self.state is not None
-                proposal = None
-                with anyio.CancelScope() as scope:
-                    self.control.decision_scope = scope
-                    try:
-                        proposal = await policy.propose(self.state, spec.tunables, baseline_params)
-                    except InvalidDecision as exc:
-                        # Nothing is launched, but the attempt and what it cost are kept.
-                        failed = exc.data.get("proposal") if isinstance(exc.data, dict) else None
-                        if isinstance(failed, Proposal):
-                            await self._record_decision(index, failed, accepted=False)
-                            exc.data = {k: v for k, v in exc.data.items() if k != "proposal"}
-                        raise
-                self.control.decision_scope = None
-                if proposal is None or self.control.stop_requested.is_set():
+                step = max((r.batch for r in done), default=0) + 1
+                slots = self._slots(spec, done)
+                proposals = await self._decide(policy, spec, index, slots, baseline_params)
+                if proposals is None or self.control.stop_requested.is_set():
                     return self.control.stop_reason, None
-                await self._record_decision(index, proposal)
-                if proposal.plan.stop:
-                    self.emit("decision", self._decision_event(index, proposal, {}))
-                    return "policy_stop", proposal.plan.stop_reason
-                params = full_params(baseline_params, proposal.plan)
+                stop = next((p for p in proposals if p.plan.stop), None)
+                if stop is not None:
+                    return "policy_stop", stop.plan.stop_reason
+                plans = [(p, full_params(baseline_params, p.plan)) for p in proposals]
+                for i, (p, params) in enumerate(plans):
+                    assert p is not None
+                    event = self._decision_event(index + i, p, params_diff(baseline_params, params))
+                    self.emit("decision", {**event, "batch": step, "batch_size": len(plans)})
+            recs = [
+                await self._create_round(index + i, params, baseline_params, p, batch=step)
+                for i, (p, params) in enumerate(plans)
+            ]
+            if len(recs) > 1:
+                self.emit("batch.started", {"batch": step, "rounds": [r.index for r in recs]})
+            summaries = await self._run_batch(
+                [functools.partial(self._run_round, spec, r) for r in recs]
+            )
+            for summary in summaries:
+                self._observe(policy, summary)
+            if len(recs) > 1:
                 self.emit(
-                    "decision",
-                    self._decision_event(index, proposal, params_diff(baseline_params, params)),
+                    "batch.finished",
+                    {
+                        "batch": step,
+                        "rounds": [s.index for s in summaries],
+                        "statuses": [s.status for s in summaries],
+                    },
                 )
-            rec = await self._create_round(index, params, baseline_params, proposal)
-            summary = await self._run_round(spec, rec)
-            self._observe(policy, summary)
-            if summary.status == "completed_without_metrics":
+            if any(s.status == "completed_without_metrics" for s in summaries):
                 return "required_metric_missing", None
+
+    def _slots(self, spec: ProjectSpec, done: list[RoundRecord]) -> int:
+        """How many candidates the next step runs: ``run.parallel``, never past max_rounds
+        (budgets count rounds, not steps)."""
+        finished = [r for r in done if r.status in FINISHED and r.status != "stopped"]
+        left = max(1, self.record.max_rounds - len(finished))
+        return max(1, min(int(getattr(spec.run, "parallel", 1)), left))
+
+    async def _decide(
+        self,
+        policy: Policy,
+        spec: ProjectSpec,
+        index: int,
+        slots: int,
+        baseline_params: Mapping[str, Any],
+    ) -> list[Proposal] | None:
+        """The next step's proposals (rounds ``index`` ...), each recorded; None when a stop
+        request dropped the decision."""
+        assert self.state is not None
+        proposals: list[Proposal] | None = None
+        with anyio.CancelScope() as scope:
+            self.control.decision_scope = scope
+            try:
+                proposals = await propose_batch(
+                    policy, self.state, spec.tunables, baseline_params, slots
+                )
+            except InvalidDecision as exc:
+                # Nothing is launched, but the attempt and what it cost are kept.
+                failed = exc.data.get("proposal") if isinstance(exc.data, dict) else None
+                if isinstance(failed, Proposal):
+                    await self._record_decision(index, failed, accepted=False)
+                    exc.data = {k: v for k, v in exc.data.items() if k != "proposal"}
+                raise
+        self.control.decision_scope = None
+        if not proposals:
+            return None
+        stop = next((p for p in proposals if p.plan.stop), None)
+        if stop is not None:
+            await self._record_decision(index, stop)
+            self.emit("decision", self._decision_event(index, stop, {}))
+            return [stop]
+        for i, p in enumerate(proposals):
+            await self._record_decision(index + i, p)
+        return proposals
+
+    async def _run_batch(
+        self, starts: list[Callable[[], Awaitable[RoundSummary]]]
+    ) -> list[RoundSummary]:
+        """Run rounds at once; their summaries in round order. When one fails to be
+        supervised, the others are stopped (not left running unwatched) and its error
+        is raised once they have ended."""
+        if len(starts) == 1:
+            return [await starts[0]()]
+        results: dict[int, RoundSummary] = {}
+        errors: list[BaseException] = []
+
+        async def one(i: int, start: Callable[[], Awaitable[RoundSummary]]) -> None:
+            try:
+                results[i] = await start()
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:
+                errors.append(exc)
+                self.control.request_stop("error")
+
+        async with anyio.create_task_group() as tg:
+            for i, start in enumerate(starts):
+                tg.start_soon(one, i, start)
+        if errors:
+            raise errors[0]
+        return [results[i] for i in sorted(results)]
 
     # -- stop conditions ----------------------------------------------------------
 
@@ -383,7 +460,13 @@ class SessionRunner:
     # -- rounds ------------------------------------------------------------------------
 
     async def _create_round(
-        self, index: int, params: dict[str, Any], baseline: Mapping[str, Any], p: Proposal | None
+        self,
+        index: int,
+        params: dict[str, Any],
+        baseline: Mapping[str, Any],
+        p: Proposal | None,
+        *,
+        batch: int = 0,
     ) -> RoundRecord:
         rec = RoundRecord(
             session=self.record.index,
@@ -412,10 +495,35 @@ class SessionRunner:
             failure_tail=[],
             last_activity_at=None,
             attempt=0,
+            backend=self.backend.name if self.backend is not None else "local",
+            batch=batch,
         )
         return await self.store.upsert_round(rec)
 
-    async def _launch(self, spec: ProjectSpec, rec: RoundRecord, rnd: RoundLayout) -> RoundHandle:
+    def _job(
+        self,
+        spec: ProjectSpec,
+        rec: RoundRecord,
+        rnd: RoundLayout,
+        argv: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: str = "",
+    ) -> RoundJob:
+        return RoundJob(
+            argv=argv,
+            env=dict(env or {}),
+            cwd=cwd,
+            rnd=rnd,
+            name=_job_name(self.layout.project_root.name, self.record.index, rec),
+            timeout_sec=spec.run.timeout_minutes * 60,
+            grace_sec=float(getattr(spec.advanced, "stop_grace_sec", 30.0)),
+            guarded=self._security_mode() == SecurityMode.GUARDED,
+        )
+
+    async def _launch(
+        self, spec: ProjectSpec, rec: RoundRecord, rnd: RoundLayout
+    ) -> tuple[JobRef, RoundJob]:
+        assert self.backend is not None
         rendered = await anyio.to_thread.run_sync(
             lambda: render_round(
                 spec, rnd, rec.params, base_env=self.env, security_mode=self._security_mode()
@@ -425,15 +533,8 @@ class SessionRunner:
             network = bool(getattr(spec.advanced, "network", True))
             rendered = wrap(rendered, spec, rnd, network=network)
         rnd.session.artifacts.mkdir(parents=True, exist_ok=True)
-        grace = float(getattr(spec.advanced, "stop_grace_sec", 30.0))
-        handle = await spawn_round(
-            rendered.argv,
-            env=rendered.env,
-            cwd=rendered.cwd,
-            rnd=rnd,
-            timeout_sec=spec.run.timeout_minutes * 60,
-            grace_sec=grace,
-        )
+        job = self._job(spec, rec, rnd, rendered.argv, rendered.env, rendered.cwd)
+        ref = await self.backend.submit(job)
         now = time.time()
         await self.store.update_round(
             self.record.index,
@@ -441,8 +542,10 @@ class SessionRunner:
             status="running",
             command=rendered.display,
             config_path=rendered.config_path,
-            monitor_pid=handle.pid,
-            monitor_start_time=handle.start_time,
+            monitor_pid=ref.pid,
+            monitor_start_time=ref.start_time,
+            backend=ref.backend,
+            job_id=ref.job_id,
             started_at=now,
             attempt=rec.attempt,
         )
@@ -455,60 +558,70 @@ class SessionRunner:
                 "hypothesis": rec.hypothesis,
                 "command": rendered.display,
                 "attempt": rec.attempt,
+                "backend": ref.backend,
+                "job_id": ref.job_id,
+                "batch": rec.batch,
             },
         )
-        return handle
+        return ref, job
 
-    def _handle_of(self, rec: RoundRecord, rnd: RoundLayout) -> RoundHandle | None:
-        if rec.monitor_pid is None or rec.monitor_start_time is None:
+    def _ref_of(self, rec: RoundRecord) -> JobRef | None:
+        if rec.job_id is None and (rec.monitor_pid is None or rec.monitor_start_time is None):
             return None
-        return RoundHandle(
+        return JobRef(
+            backend=rec.backend,
+            job_id=rec.job_id,
             pid=rec.monitor_pid,
             start_time=rec.monitor_start_time,
-            log=str(rnd.log),
-            index=str(rnd.log_index),
-            exit_file=str(rnd.exit_file),
-            state_file=str(rnd.monitor_file),
         )
 
     async def _resume_round(self, spec: ProjectSpec, rec: RoundRecord) -> RoundSummary:
+        assert self.backend is not None
+        backend = self.backend
         rnd = self.session_layout.round(rec.index)
-        handle = self._handle_of(rec, rnd)
-        if handle is not None and (is_alive(handle) or read_exit(rnd.exit_file) is not None):
-            log.info(
-                "%s round %d: re-adopting its monitor (pid %d)",
-                self.record.id,
-                rec.index,
-                handle.pid,
+        job = self._job(spec, rec, rnd)
+        ref = self._ref_of(rec)
+        if ref is not None and ref.backend != backend.name:
+            raise LaunchError(
+                f"round {rec.index} of {self.record.id} runs on {ref.backend}, but "
+                f"advanced.backend is now {backend.name}; change it back to resume",
+                {"field": "advanced.backend", "round": rec.index},
             )
-            self.emit("round.readopted", {"round": rec.index, "pid": handle.pid})
-            summary = await self._watch_round(spec, rec, rnd, handle, readopted=True)
+        if ref is not None and await backend.adoptable(ref, job):
+            name = (
+                f"{ref.backend} job {ref.job_id}" if ref.job_id else f"its monitor (pid {ref.pid})"
+            )
+            log.info("%s round %d: re-adopting %s", self.record.id, rec.index, name)
+            self.emit(
+                "round.readopted",
+                {"round": rec.index, "pid": ref.pid, "job_id": ref.job_id, "backend": ref.backend},
+            )
+            summary = await self._watch_round(spec, rec, rnd, ref, job, readopted=True)
             if summary is not None:
                 return summary
             rec = await self._mark_rerun(rec)
-        stray = None if rec.status == "running" else _unrecorded_launch(rnd)
+        stray = None if rec.status == "running" else backend.unrecorded(job)
         if rec.status == "running" or stray is not None:
             if stray is not None:
                 # Launched, but the daemon died before recording the launch: end that
                 # launch and run the round again from a clean start.
-                handle = stray
+                ref = stray
                 log.info(
-                    "%s round %d: ending a launch that was never recorded (pid %d)",
+                    "%s round %d: ending a launch that was never recorded",
                     self.record.id,
                     rec.index,
-                    stray.pid,
                 )
-            log.info("%s round %d: its monitor is gone; re-running it", self.record.id, rec.index)
-            if handle is not None:
+            log.info("%s round %d: its job is gone; re-running it", self.record.id, rec.index)
+            if ref is not None:
                 # The job of the lost attempt may outlive its monitor: it must not run on
                 # beside the new attempt.
-                killed = await _end_launch(handle)
+                killed = await backend.end_lost(ref, job)
                 if killed:
                     log.warning(
-                        "%s round %d: killed %d leftover processes of the lost attempt",
+                        "%s round %d: ended what was left of the lost attempt: %s",
                         self.record.id,
                         rec.index,
-                        len(killed),
+                        ", ".join(killed),
                     )
             self.emit("round.rerun", {"round": rec.index, "attempt": rec.attempt + 1})
             rec = await self.store.update_round(
@@ -521,8 +634,8 @@ class SessionRunner:
         while True:
             if rec.attempt:
                 _clear_round_files(rnd)
-            handle = await self._launch(spec, rec, rnd)
-            summary = await self._watch_round(spec, rec, rnd, handle, readopted=False)
+            ref, job = await self._launch(spec, rec, rnd)
+            summary = await self._watch_round(spec, rec, rnd, ref, job, readopted=False)
             if summary is not None:
                 return summary
             rec = await self._mark_rerun(rec)
@@ -540,11 +653,13 @@ class SessionRunner:
         spec: ProjectSpec,
         rec: RoundRecord,
         rnd: RoundLayout,
-        handle: RoundHandle,
+        ref: JobRef,
+        job: RoundJob,
         *,
         readopted: bool,
     ) -> RoundSummary | None:
-        self.control.current = handle
+        assert self.backend is not None
+        backend = self.backend
         placeholders = rnd.placeholders()
         extractor = Extractor(
             spec.metrics.specs,
@@ -619,7 +734,10 @@ class SessionRunner:
 
         async def stop_watcher() -> None:
             await self.control.stop_requested.wait()
-            request_stop(handle)
+            await backend.cancel(ref, job, reason="stopped")
+
+        async def on_state(state: JobState, detail: str) -> None:
+            self.emit("round.state", {"round": rec.index, "state": str(state), "detail": detail})
 
         activity = Activity(started_at=time.time())
         mtime_globs, heartbeat_globs = _signal_globs(spec, placeholders)
@@ -646,7 +764,7 @@ class SessionRunner:
                 tg.start_soon(stop_watcher)
                 if mtime_globs or heartbeat_globs:
                     tg.start_soon(watch_signals)
-                exit_info = await wait_exit(handle)
+                exit_info = await backend.wait(ref, job, on_state=on_state)
                 stop_tail.set()
                 # the tailer drains every file to its end after ``stop``, then returns
                 with anyio.move_on_after(30):
@@ -657,11 +775,12 @@ class SessionRunner:
         except BaseException as exc:
             # Supervision failed (e.g. the store stopped answering): the round must not
             # run on unwatched. Stop it, record it as failed, and report the real cause.
-            request_stop(handle)
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                with anyio.fail_after(60):
+                    await backend.cancel(ref, job, reason="stopped")
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await self.store.update_round(self.record.index, rec.index, status="failed")
             raise _first_error(exc) from exc
-        self.control.current = None
         if (
             exit_info.lost
             and not self.control.stop_requested.is_set()
@@ -678,6 +797,9 @@ class SessionRunner:
             )
         metrics = extractor.result()
         status = _status_of(exit_info, metrics.missing_required)
+        warnings = [w.message for w in metrics.warnings]
+        if exit_info.error and status != "completed":
+            warnings.insert(0, exit_info.error)
         finals = {k: v for k, v in metrics.finals.items() if math.isfinite(v)}
         primary = finals.get(metrics.primary) if metrics.primary else None
         failure_tail = tail_lines[-FAILURE_TAIL_LINES:] if status in ("failed", "timed_out") else []
@@ -708,7 +830,7 @@ class SessionRunner:
             primary_metric=primary,
             verdict=judged.verdict,
             verdict_reason=judged.verdict_reason,
-            warnings=[w.message for w in metrics.warnings],
+            warnings=warnings,
             failure_tail=failure_tail,
             log_offset=offsets.get(str(rnd.log), 0),
             tail_offsets=dict(offsets),
@@ -732,6 +854,8 @@ class SessionRunner:
                 "verdict_reason": judged.verdict_reason,
                 "duration_sec": exit_info.duration_sec,
                 "returncode": exit_info.returncode,
+                "error": exit_info.error if status != "completed" else None,
+                "batch": rec.batch,
                 "best_round": best,
             },
         )
@@ -741,6 +865,10 @@ class SessionRunner:
     # -- outputs ------------------------------------------------------------------------
 
     async def _write_outputs(self, *, report: bool = False) -> None:
+        async with self._outputs_lock:  # rounds of one step finish at once
+            await self._write_outputs_now(report=report)
+
+    async def _write_outputs_now(self, *, report: bool) -> None:
         rounds = await self.store.list_rounds(self.record.index)
         decisions = await self.store.list_decisions(self.record.index) if report else None
         state = self.state
@@ -853,32 +981,14 @@ def _fill(pattern: str, placeholders: Mapping[str, str], spec: ProjectSpec) -> s
     return text
 
 
-def _unrecorded_launch(rnd: RoundLayout) -> RoundHandle | None:
-    """The monitor named in the folder of a round the store still has as pending."""
-    try:
-        state = read_state(rnd.monitor_file)
-    except LaunchError:
-        return None
-    if state is None:
-        return None
-    return RoundHandle(
-        pid=state.pid,
-        start_time=state.start_time,
-        log=str(rnd.log),
-        index=str(rnd.log_index),
-        exit_file=str(rnd.exit_file),
-        state_file=str(rnd.monitor_file),
-    )
-
-
-async def _end_launch(handle: RoundHandle) -> list[int]:
-    """Stop a launch still under its monitor, then kill what its job left; the pids killed."""
-    if is_alive(handle):
-        request_stop(handle)
-        await wait_exit(handle)
-    return await anyio.to_thread.run_sync(kill_orphans, handle)
+def _job_name(project: str, session: int, rec: RoundRecord) -> str:
+    """What the cluster shows: ``trainee-<project>-s0001-r0003`` (``-a1`` on a re-run)."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in project)[:40] or "project"
+    attempt = f"-a{rec.attempt}" if rec.attempt else ""
+    return f"trainee-{safe}-s{session:04d}-r{rec.index:04d}{attempt}"
 
 
 def _clear_round_files(rnd: RoundLayout) -> None:
     for path in (rnd.exit_file, rnd.monitor_file, rnd.log, rnd.log_index):
         path.unlink(missing_ok=True)
+    clear_job_files(rnd)

@@ -451,6 +451,46 @@ class _Compiler:
             self._runtime_path(("advanced", "log_paths", i), raw)
         if adv.shell_command is not None:
             self._check_shell(adv.shell_command)
+        self._check_backend()
+
+    def _check_backend(self) -> None:
+        b = self.project.advanced.backend
+        base: FieldPath = ("advanced", "backend")
+        only_slurm = ("partition", "time", "mem", "account", "qos", "sbatch_args")
+        for name in only_slurm:
+            if b.type != "slurm" and getattr(b, name):
+                raise self.fail(
+                    self.psrc, (*base, name), f"is a Slurm option; backend type is {b.type}"
+                )
+        if b.type != "ray" and b.address is not None:
+            raise self.fail(
+                self.psrc, (*base, "address"), f"is a Ray option; backend type is {b.type}"
+            )
+        for name in ("cpus", "gpus"):
+            value = getattr(b, name)
+            if value is None:
+                continue
+            if b.type == "local":
+                raise self.fail(
+                    self.psrc,
+                    (*base, name),
+                    "is a cluster option (slurm, ray); local rounds use this machine",
+                )
+            if b.type == "slurm" and float(value) != int(value):
+                raise self.fail(self.psrc, (*base, name), "Slurm needs a whole number")
+        if b.type == "ray" and b.address is None:
+            raise self.fail(
+                self.psrc,
+                (*base, "address"),
+                "the Ray backend needs the address of the cluster's Jobs API "
+                "(e.g. http://head-node:8265)",
+            )
+        if b.type == "ray" and not b.address.startswith(("http://", "https://")):  # type: ignore[union-attr]
+            raise self.fail(
+                self.psrc,
+                (*base, "address"),
+                f"must be the Jobs API URL (http://host:8265), got {b.address!r}",
+            )
 
     def _check_shell(self, command: str) -> None:
         where = ("advanced", "shell_command")

@@ -22,6 +22,7 @@ __all__ = [
     "AdvancedSpec",
     "ArgSpec",
     "ArgStyle",
+    "BackendSpec",
     "DataSpec",
     "Environment",
     "FieldPath",
@@ -150,6 +151,9 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     timeout_minutes: Annotated[float, Meta(gt=0)] = 60.0
     fixed_args: tuple[ArgSpec, ...] = ()
     max_session_minutes: Annotated[float, Meta(gt=0)] | None = None
+    parallel: Annotated[int, Meta(ge=1, le=64)] = 1
+    """Candidates tried at once: each decision step proposes this many distinct plans
+    and runs them together on the backend (budgets still count rounds)."""
 
 
 class LlmBudgetSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -202,6 +206,27 @@ class SignalSourceSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     paths: tuple[NonEmptyStr, ...] = ()
 
 
+class BackendSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``advanced.backend``: where rounds run. ``local`` (default): on this machine under
+    trainee's round monitor. ``slurm``: batch jobs through sbatch (``partition``, ``time``,
+    ``cpus``, ``gpus``, ``mem``, ``account``, ``qos``, ``sbatch_args``). ``ray``: Ray Jobs
+    at ``address`` (``cpus``, ``gpus`` per round). Cluster backends need the project on
+    a filesystem the nodes share, at the same path."""
+
+    type: Literal["local", "slurm", "ray"] = "local"
+    partition: NonEmptyStr | None = None
+    time: NonEmptyStr | None = None
+    cpus: Annotated[float, Meta(gt=0)] | None = None
+    gpus: Annotated[float, Meta(ge=0)] | None = None
+    mem: NonEmptyStr | None = None
+    account: NonEmptyStr | None = None
+    qos: NonEmptyStr | None = None
+    sbatch_args: tuple[NonEmptyStr, ...] = ()
+    address: NonEmptyStr | None = None
+    poll_interval_sec: Annotated[float, Meta(gt=0, le=600)] = 1.0
+    command_timeout_sec: Annotated[float, Meta(gt=0, le=3600)] = 30.0
+
+
 class AdvancedSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     security_mode: SecurityMode = SecurityMode.GUARDED
     working_dir: NonEmptyStr = "."
@@ -213,6 +238,7 @@ class AdvancedSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     shell_command: NonEmptyStr | None = None
     network: bool = True
     stop_grace_sec: Annotated[float, Meta(ge=0)] = 30.0
+    backend: BackendSpec = BackendSpec()
 
 
 class ProjectFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

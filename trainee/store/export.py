@@ -43,7 +43,16 @@ CHART_NAME = "report_chart.svg"
 """The metric chart, written beside ``report.md`` and linked from it."""
 
 LEDGER_HEAD_COLUMNS = ("round", "status", "verdict", "primary_metric")
-LEDGER_TAIL_COLUMNS = ("diff", "hypothesis", "expected", "verdict_reason", "duration_sec")
+LEDGER_TAIL_COLUMNS = (
+    "diff",
+    "hypothesis",
+    "expected",
+    "verdict_reason",
+    "duration_sec",
+    "step",
+    "backend",
+    "job_id",
+)
 _PARAM_PREFIX = "param."
 _SPARKS = "▁▂▃▄▅▆▇█"
 _GOALS = ("min", "max")
@@ -179,6 +188,9 @@ def render_ledger_csv(session: SessionRecord, rounds: Sequence[RoundRecord]) -> 
                 rec.expected,
                 rec.verdict_reason,
                 _cell(_duration(rec)),
+                rec.batch,
+                rec.backend,
+                _cell(rec.job_id),
             ]
         )
     return buffer.getvalue()
@@ -325,6 +337,7 @@ def render_report(
         + (f" ({by_status})" if by_status else ""),
         f"- **Goal:** {'minimize' if goal == 'min' else 'maximize'} `{metric_name}`",
         f"- **Policy:** {session.policy}; **security mode:** {session.security_mode}",
+        *_backend_line(ordered),
         f"- **Started:** {_when(session.created_at)}; **finished:** {_when(session.finished_at)}",
         f"- **LLM usage:** {session.tokens} tokens, ${session.cost_usd:.4f}",
     ]
@@ -374,6 +387,27 @@ def render_report(
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def _backend_line(rounds: Sequence[RoundRecord]) -> list[str]:
+    backends = sorted({r.backend for r in rounds})
+    widest = max(_step_sizes(rounds).values(), default=1)
+    if not rounds or (backends == ["local"] and widest <= 1):
+        return []
+    text = f"- **Ran on:** {', '.join(backends)}"
+    if widest > 1:
+        text += f"; up to {widest} candidates at once per decision step"
+    return [text]
+
+
+def _step_sizes(rounds: Sequence[RoundRecord]) -> dict[int, int]:
+    """Rounds per decision step (step 0, the baseline, and rounds stored before steps
+    were recorded, are not a step of candidates)."""
+    sizes: dict[int, int] = {}
+    for rec in rounds:
+        if rec.batch > 0:
+            sizes[rec.batch] = sizes.get(rec.batch, 0) + 1
+    return sizes
+
+
 def _best_params(baseline: RoundRecord | None, best: RoundRecord) -> list[str]:
     lines = ["## Best params", "", f"Round {best.index}.", ""]
     names = list(dict.fromkeys([*(baseline.params if baseline else {}), *best.params]))
@@ -394,12 +428,15 @@ def _round_table(
     baseline: RoundRecord | None,
     best: RoundRecord | None,
 ) -> list[str]:
+    # With parallel candidates, a Step column shows which rounds ran together.
+    steps = max(_step_sizes(rounds).values(), default=1) > 1
     lines = [
         "## Rounds",
         "",
-        f"| Round | Status | Verdict | {_md(metric_name)} | Params diff | Hypothesis "
+        ("| Step " if steps else "")
+        + f"| Round | Status | Verdict | {_md(metric_name)} | Params diff | Hypothesis "
         "| Expected vs outcome |",
-        "|---|---|---|---|---|---|---|",
+        ("|---" if steps else "") + "|---|---|---|---|---|---|---|",
     ]
     for rec in rounds:
         tags = []
@@ -417,6 +454,8 @@ def _round_table(
             rec.hypothesis or "—",
             _outcome(rec, metric_name),
         ]
+        if steps:
+            cells.insert(0, str(rec.batch))
         lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
     if not rounds:
         lines.append("| — | no rounds yet | | | | | |")

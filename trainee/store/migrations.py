@@ -137,7 +137,15 @@ BEGIN
 END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+_V2 = """
+ALTER TABLE rounds ADD COLUMN backend TEXT NOT NULL DEFAULT 'local';
+ALTER TABLE rounds ADD COLUMN job_id TEXT;
+ALTER TABLE rounds ADD COLUMN batch INTEGER NOT NULL DEFAULT 0;
+"""
+"""Rounds launched on a cluster engine (the backend and its job id, for re-adoption) and
+the step of parallel candidates each round belongs to."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -132,6 +132,13 @@ class RoundRecord(Record, kw_only=True):
     failure_tail: list[str] = msgspec.field(default_factory=list)
     last_activity_at: float | None = None
     attempt: int = 0
+    backend: str = "local"
+    """Where the round runs: ``local`` (under its monitor), ``slurm`` or ``ray``."""
+    job_id: str | None = None
+    """The cluster engine's job id (``local``: none; the monitor pid names the job)."""
+    batch: int = 0
+    """The decision step the round belongs to: rounds of one step ran at once
+    (``run.parallel``); the baseline is step 0."""
 
     def __post_init__(self) -> None:
         if self.status not in ROUND_STATUSES:

@@ -156,7 +156,17 @@ def test_ledgers_have_the_same_rows_in_the_same_order(layout: SessionLayout) -> 
     assert jsonl[1]["duration_sec"] == 90.5
     header = layout.ledger_csv.read_text().splitlines()[0].split(",")
     assert header[:4] == ["round", "status", "verdict", "primary_metric"]
-    assert header[-5:] == ["diff", "hypothesis", "expected", "verdict_reason", "duration_sec"]
+    assert header[-8:] == [
+        "diff",
+        "hypothesis",
+        "expected",
+        "verdict_reason",
+        "duration_sec",
+        "step",
+        "backend",
+        "job_id",
+    ]
+    assert rows[0]["backend"] == "local" and rows[0]["job_id"] == "" and rows[0]["step"] == "0"
 
 
 def test_a_round_of_another_session_is_refused_and_nothing_written(layout: SessionLayout) -> None:

@@ -1,0 +1,233 @@
+"""What every place a round can run on offers: submit, watch, cancel, re-adopt.
+
+A backend gets a rendered round (command, environment, working folder; wrapped
+in bwrap already in guarded mode) and must bring its output into the round's
+log file: the local monitor writes it, Slurm writes it with ``sbatch -o`` on the
+shared filesystem, Ray's log stream is copied into it. The session tails that
+one file whatever the backend, so live output, metrics and the failure tail
+work the same everywhere.
+
+A :class:`JobRef` is what the store keeps to find a job again after a daemon
+restart: the local monitor's pid and start time, or the engine's job id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import shlex
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+from trainee.launch.layout import RoundLayout
+from trainee.monitor.process import ExitInfo
+
+__all__ = [
+    "BWRAP_MISSING_CODE",
+    "Backend",
+    "JobRef",
+    "JobState",
+    "RoundJob",
+    "StateCallback",
+    "cancel_reason",
+    "exit_code_file",
+    "job_script",
+    "mark_cancel",
+]
+
+BWRAP_MISSING_CODE = 97
+"""The job script's exit status when guarded mode finds no bwrap on the node."""
+
+
+class JobState(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    EXITED = "exited"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+    """The engine no longer knows the job (or never did)."""
+
+
+class JobRef(msgspec.Struct, frozen=True, kw_only=True):
+    backend: str
+    job_id: str | None = None
+    pid: int | None = None
+    start_time: int | None = None
+
+
+class RoundJob(msgspec.Struct, frozen=True, kw_only=True):
+    """One launch of a round: what runs, where its files go and its limits."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str
+    rnd: RoundLayout
+    name: str
+    """A name the engine shows (``trainee-s0001-r0003-a0``)."""
+    timeout_sec: float | None
+    grace_sec: float
+    guarded: bool = False
+
+
+StateCallback = Callable[[JobState, str], Awaitable[None]]
+"""Called when the engine reports a new state, with a detail line (``queued: Priority``)."""
+
+
+class Backend(Protocol):
+    name: str
+
+    async def submit(self, job: RoundJob) -> JobRef:
+        """Start (or queue) the job; returns once the engine has it. LaunchError otherwise."""
+        ...
+
+    async def wait(
+        self, ref: JobRef, job: RoundJob, *, on_state: StateCallback | None = None
+    ) -> ExitInfo:
+        """Until the job ends: its exit (``lost=True`` when it vanished without one).
+        Enforces ``job.timeout_sec`` of running time (``timed_out``)."""
+        ...
+
+    async def cancel(self, ref: JobRef, job: RoundJob, *, reason: str = "stopped") -> None:
+        """Stop it: SIGTERM, then the engine's escalation. ``reason``: stopped or timed_out."""
+        ...
+
+    async def adoptable(self, ref: JobRef, job: RoundJob) -> bool:
+        """True when the job can be watched again (running, queued, or ended with a result)."""
+        ...
+
+    async def end_lost(self, ref: JobRef, job: RoundJob) -> list[str]:
+        """Make sure nothing of a lost attempt still runs; what was killed."""
+        ...
+
+    def unrecorded(self, job: RoundJob) -> JobRef | None:
+        """The job a launch left in the round's folder before the store recorded it (the
+        daemon died in between), so it can be ended instead of running on unseen."""
+        ...
+
+
+# -- helpers shared by the cluster backends ------------------------------------------------
+
+
+def exit_code_file(rnd: RoundLayout) -> Path:
+    return rnd.dir / "job-exit-code"
+
+
+def _job_file(rnd: RoundLayout) -> Path:
+    return rnd.dir / "job.json"
+
+
+def remember_job(rnd: RoundLayout, ref: JobRef) -> None:
+    """Written as soon as the engine accepted the job, before the store records it."""
+    path = _job_file(rnd)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(msgspec.json.encode(ref))
+    os.replace(tmp, path)
+
+
+def remembered_job(rnd: RoundLayout) -> JobRef | None:
+    try:
+        return msgspec.json.decode(_job_file(rnd).read_bytes(), type=JobRef)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _cancel_file(rnd: RoundLayout) -> Path:
+    return rnd.dir / "cancel.json"
+
+
+def mark_cancel(rnd: RoundLayout, reason: str) -> None:
+    """Remember why a job was cancelled, so a restarted daemon reports it the same way."""
+    rnd.dir.mkdir(parents=True, exist_ok=True)
+    path = _cancel_file(rnd)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"reason": reason, "at": time.time()}))
+    os.replace(tmp, path)
+
+
+def cancel_reason(rnd: RoundLayout) -> str | None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        reason = json.loads(_cancel_file(rnd).read_text()).get("reason")
+        return str(reason) if reason else None
+    return None
+
+
+def clear_job_files(rnd: RoundLayout) -> None:
+    for path in (exit_code_file(rnd), _cancel_file(rnd), _job_file(rnd)):
+        path.unlink(missing_ok=True)
+
+
+def read_exit_code(rnd: RoundLayout) -> int | None:
+    """The status the job script recorded when the command ended (None: it did not)."""
+    try:
+        text = exit_code_file(rnd).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def job_script(
+    job: RoundJob, *, header: Sequence[str] = (), clean_env: bool = True, record_exit: bool = True
+) -> str:
+    """A POSIX shell script running the round's command on a cluster node.
+
+    With ``clean_env`` it starts from an empty environment plus the round's own
+    (``env -i``; else the engine passes the environment), in the
+    round's working folder; in guarded mode it first checks that the sandbox
+    (the ``bwrap`` the command starts with) exists on the node and otherwise ends
+    with :data:`BWRAP_MISSING_CODE` and a message saying so. The command's status
+    is written to :func:`exit_code_file` (atomically) before the script exits with it.
+    """
+    lines = ["#!/bin/sh", *header, f"cd {shlex.quote(job.cwd)} || exit 1"]
+    env_args = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(job.env.items()))
+    command = " ".join(shlex.quote(a) for a in job.argv)
+    run = f"env -i {env_args} {command}" if clean_env else command
+    if job.guarded:
+        bwrap = shlex.quote(job.argv[0])
+        lines += [
+            f"if [ ! -x {bwrap} ]; then",
+            f'  echo "trainee: guarded mode needs bubblewrap ({job.argv[0]}) on node'
+            " $(hostname), which is not there; install bubblewrap on the nodes or run"
+            ' with --unsafe" >&2',
+            f"  rc={BWRAP_MISSING_CODE}",
+            "else",
+            f"  {run}",
+            "  rc=$?",
+            "fi",
+        ]
+    else:
+        lines += [run, "rc=$?"]
+    if record_exit:
+        target = shlex.quote(str(exit_code_file(job.rnd)))
+        lines.append(f'printf "%s\\n" "$rc" > {target}.tmp && mv -f {target}.tmp {target}')
+    lines.append('exit "$rc"')
+    return "\n".join(lines) + "\n"
+
+
+def exit_info(
+    *,
+    returncode: int | None,
+    started_at: float,
+    signal: str | None = None,
+    timed_out: bool = False,
+    stopped: bool = False,
+    lost: bool = False,
+    error: str | None = None,
+) -> ExitInfo:
+    now = time.time()
+    return ExitInfo(
+        returncode=returncode,
+        signal=signal,
+        timed_out=timed_out,
+        stopped=stopped,
+        started_at=started_at,
+        ended_at=now,
+        duration_sec=max(0.0, now - started_at),
+        lost=lost,
+        error=error,
+    )

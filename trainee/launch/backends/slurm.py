@@ -1,0 +1,349 @@
+"""Rounds as Slurm batch jobs: ``sbatch --parsable``, ``squeue``/``scontrol`` (``sacct``
+when present), ``scancel``.
+
+The batch script (``job.sbatch`` in the round's folder) runs the rendered command
+with the round's environment and writes stdout and stderr to the round log
+(``-o``) on the filesystem the nodes share with this machine; the session tails
+that file as for local rounds. Every Slurm command runs with a timeout: a Slurm
+that does not answer ends the round with an error naming the command, never a
+hang. Cancelling is ``scancel``: Slurm sends SIGTERM and, after its ``KillWait``,
+SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+
+import anyio
+
+from trainee.errors import LaunchError
+from trainee.launch.backends.base import (
+    BWRAP_MISSING_CODE,
+    JobRef,
+    JobState,
+    RoundJob,
+    StateCallback,
+    cancel_reason,
+    clear_job_files,
+    exit_info,
+    job_script,
+    mark_cancel,
+    read_exit_code,
+    remember_job,
+    remembered_job,
+)
+from trainee.monitor.process import ExitInfo
+
+__all__ = ["SlurmBackend", "SlurmOptions", "parse_scontrol"]
+
+PENDING = {
+    "PENDING",
+    "CONFIGURING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "SUSPENDED",
+    "RESV_DEL_HOLD",
+    "SPECIAL_EXIT",
+    "STAGE_OUT",
+    "SIGNALING",
+    "RESIZING",
+    "STOPPED",
+}
+RUNNING = {"RUNNING", "COMPLETING"}
+ENDED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REVOKED",
+}
+MAX_POLL_FAILURES = 5
+"""Consecutive failed state queries (with growing pauses) before the round is given up."""
+
+
+class SlurmOptions:
+    """``advanced.backend`` options of a Slurm round."""
+
+    def __init__(
+        self,
+        *,
+        partition: str | None = None,
+        time_limit: str | None = None,
+        cpus: int | None = None,
+        gpus: int | None = None,
+        mem: str | None = None,
+        account: str | None = None,
+        qos: str | None = None,
+        sbatch_args: Sequence[str] = (),
+        poll_interval_sec: float = 1.0,
+        command_timeout_sec: float = 30.0,
+    ) -> None:
+        self.partition = partition
+        self.time_limit = time_limit
+        self.cpus = cpus
+        self.gpus = gpus
+        self.mem = mem
+        self.account = account
+        self.qos = qos
+        self.sbatch_args = tuple(sbatch_args)
+        self.poll_interval_sec = poll_interval_sec
+        self.command_timeout_sec = command_timeout_sec
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    """``scontrol show job`` output as a mapping (``JobState``, ``ExitCode``, ...)."""
+    out: dict[str, str] = {}
+    for token in text.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in out:
+            out[key] = value
+    return out
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def __init__(self, options: SlurmOptions, client_env: Mapping[str, str]) -> None:
+        self.options = options
+        # sbatch & co. need the caller's SLURM_CONF, PATH and munge settings.
+        self.client_env = dict(client_env)
+
+    # -- Slurm commands ------------------------------------------------------------------
+
+    async def _call(
+        self, argv: list[str], *, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        exe = shutil.which(argv[0], path=self.client_env.get("PATH"))
+        if exe is None:
+            raise LaunchError(
+                f"the Slurm backend needs {argv[0]}, which is not on PATH; install the "
+                "Slurm client (Debian: slurm-client) or set advanced.backend to local",
+                data={"field": "advanced.backend", "command": argv[0]},
+            )
+        timeout = self.options.command_timeout_sec
+        try:
+            with anyio.fail_after(timeout):
+                done = await anyio.run_process(
+                    [exe, *argv[1:]],
+                    env=self.client_env,
+                    check=False,
+                    stdin=subprocess.DEVNULL,
+                )
+        except TimeoutError as exc:
+            raise LaunchError(
+                f"{' '.join(argv)} did not answer within {timeout:g} s; is slurmctld up?",
+                data={"command": argv[0], "reason": "timeout"},
+            ) from exc
+        result = subprocess.CompletedProcess(
+            argv,
+            done.returncode,
+            done.stdout.decode(errors="replace"),
+            done.stderr.decode(errors="replace"),
+        )
+        if check and result.returncode != 0:
+            raise LaunchError(
+                f"{' '.join(argv)} failed (exit {result.returncode}): "
+                f"{result.stderr.strip() or result.stdout.strip()}",
+                data={"command": argv[0], "reason": result.stderr.strip()},
+            )
+        return result
+
+    def _header(self, job: RoundJob) -> list[str]:
+        o = self.options
+        log = str(job.rnd.log)
+        header = [
+            f"#SBATCH --job-name={job.name}",
+            f"#SBATCH --output={log}",
+            f"#SBATCH --error={log}",
+            "#SBATCH --open-mode=append",
+            f"#SBATCH --chdir={job.cwd}",
+        ]
+        limit = o.time_limit
+        if limit is None and job.timeout_sec is not None:
+            # Slurm's own limit backs ours up: the timeout plus the stop grace, rounded up.
+            limit = str(max(1, math.ceil((job.timeout_sec + job.grace_sec) / 60) + 1))
+        for flag, value in (
+            ("--partition", o.partition),
+            ("--time", limit),
+            ("--cpus-per-task", o.cpus),
+            ("--gpus", o.gpus),
+            ("--mem", o.mem),
+            ("--account", o.account),
+            ("--qos", o.qos),
+        ):
+            if value is not None:
+                header.append(f"#SBATCH {flag}={value}")
+        header += [f"#SBATCH {arg}" for arg in o.sbatch_args]
+        return header
+
+    # -- Backend -------------------------------------------------------------------------
+
+    async def submit(self, job: RoundJob) -> JobRef:
+        job.rnd.dir.mkdir(parents=True, exist_ok=True)
+        job.rnd.log.parent.mkdir(parents=True, exist_ok=True)
+        clear_job_files(job.rnd)
+        script = job.rnd.dir / "job.sbatch"
+        script.write_text(job_script(job, header=self._header(job), clean_env=True))
+        done = await self._call(["sbatch", "--parsable", str(script)])
+        job_id = done.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise LaunchError(f"sbatch answered {done.stdout.strip()!r}, not a job id")
+        ref = JobRef(backend=self.name, job_id=job_id)
+        remember_job(job.rnd, ref)
+        return ref
+
+    async def _state(self, job_id: str) -> tuple[JobState, str, dict[str, str]]:
+        """The job's state, Slurm's name for it and what ``scontrol`` says (may be empty)."""
+        done = await self._call(
+            ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T|%r"], check=False
+        )
+        raw, _, why = done.stdout.strip().partition("|")
+        info: dict[str, str] = {}
+        if done.returncode != 0 or not raw:
+            if "Invalid job id" not in done.stderr and done.returncode != 0:
+                raise LaunchError(f"squeue -j {job_id} failed: {done.stderr.strip()}")
+            shown = await self._call(["scontrol", "show", "job", job_id], check=False)
+            info = parse_scontrol(shown.stdout) if shown.returncode == 0 else {}
+            raw = info.get("JobState", "")
+            if not raw and shutil.which("sacct", path=self.client_env.get("PATH")):
+                acct = await self._call(
+                    ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode"], check=False
+                )
+                first = acct.stdout.strip().splitlines()[:1]
+                if first and "|" in first[0]:
+                    state, code = first[0].split("|", 1)
+                    raw = state.split()[0]
+                    info = {"JobState": raw, "ExitCode": code}
+        elif raw in ENDED:
+            shown = await self._call(["scontrol", "show", "job", job_id], check=False)
+            info = parse_scontrol(shown.stdout) if shown.returncode == 0 else {}
+        if raw in PENDING:
+            return (
+                JobState.QUEUED,
+                f"{raw.lower()}: {why}" if why and why != "None" else raw.lower(),
+                info,
+            )
+        if raw in RUNNING:
+            return JobState.RUNNING, raw.lower(), info
+        if raw == "CANCELLED":
+            return JobState.CANCELLED, raw.lower(), info
+        if raw in ENDED:
+            return JobState.EXITED, raw.lower(), info
+        return JobState.UNKNOWN, raw.lower() or "unknown", info
+
+    async def wait(
+        self, ref: JobRef, job: RoundJob, *, on_state: StateCallback | None = None
+    ) -> ExitInfo:
+        assert ref.job_id is not None
+        submitted = time.time()
+        running_since: float | None = None
+        last: JobState | None = None
+        failures = 0
+        poll = self.options.poll_interval_sec
+        while True:
+            try:
+                state, detail, info = await self._state(ref.job_id)
+                failures = 0
+            except LaunchError as exc:
+                failures += 1
+                if failures >= MAX_POLL_FAILURES:
+                    await self._cancel_quietly(ref, job, "stopped")
+                    return exit_info(
+                        returncode=None,
+                        started_at=running_since or submitted,
+                        error=f"Slurm stopped answering about job {ref.job_id}: {exc.message}",
+                    )
+                await anyio.sleep(min(30.0, poll * 2**failures))
+                continue
+            if state != last:
+                last = state
+                if on_state is not None:
+                    await on_state(state, f"slurm job {ref.job_id} {detail}")
+            if state == JobState.RUNNING and running_since is None:
+                running_since = time.time()
+            if state in (JobState.EXITED, JobState.CANCELLED):
+                return self._exit(ref, job, detail, info, running_since or submitted)
+            if state == JobState.UNKNOWN:
+                code = read_exit_code(job.rnd)
+                if code is not None:
+                    return self._exit(ref, job, "completed", {}, running_since or submitted)
+                return exit_info(
+                    returncode=None,
+                    started_at=running_since or submitted,
+                    lost=True,
+                    error=f"Slurm no longer knows job {ref.job_id} and it left no exit status",
+                )
+            if (
+                job.timeout_sec is not None
+                and running_since is not None
+                and time.time() - running_since > job.timeout_sec
+            ):
+                await self.cancel(ref, job, reason="timed_out")
+            await anyio.sleep(poll)
+
+    def _exit(
+        self, ref: JobRef, job: RoundJob, detail: str, info: Mapping[str, str], started: float
+    ) -> ExitInfo:
+        reason = cancel_reason(job.rnd)
+        code = read_exit_code(job.rnd)
+        sig: str | None = None
+        if code is None:
+            exit_code = info.get("ExitCode", "")
+            rc, _, signo = exit_code.partition(":")
+            code = int(rc) if rc.isdigit() else None
+            if signo.isdigit() and int(signo):
+                sig = f"signal {signo}"
+        error = None
+        if code == BWRAP_MISSING_CODE:
+            error = "guarded mode: bubblewrap is not installed on the compute node (see the log)"
+        elif detail not in ("completed", "failed", "cancelled", "timeout"):
+            error = f"slurm job {ref.job_id} ended {detail.upper()}"
+        return exit_info(
+            returncode=code,
+            signal=sig,
+            started_at=started,
+            timed_out=reason == "timed_out" or detail == "timeout",
+            stopped=reason == "stopped",
+            error=error,
+        )
+
+    async def cancel(self, ref: JobRef, job: RoundJob, *, reason: str = "stopped") -> None:
+        if cancel_reason(job.rnd) is None:
+            mark_cancel(job.rnd, reason)
+        if ref.job_id is not None:
+            await self._call(["scancel", ref.job_id])
+
+    async def _cancel_quietly(self, ref: JobRef, job: RoundJob, reason: str) -> None:
+        with contextlib.suppress(LaunchError):
+            await self.cancel(ref, job, reason=reason)
+
+    async def adoptable(self, ref: JobRef, job: RoundJob) -> bool:
+        if ref.job_id is None:
+            return False
+        if read_exit_code(job.rnd) is not None:
+            return True
+        state, _, _ = await self._state(ref.job_id)
+        return state != JobState.UNKNOWN
+
+    def unrecorded(self, job: RoundJob) -> JobRef | None:
+        return remembered_job(job.rnd)
+
+    async def end_lost(self, ref: JobRef, job: RoundJob) -> list[str]:
+        if ref.job_id is None:
+            return []
+        state, _, _ = await self._state(ref.job_id)
+        if state in (JobState.QUEUED, JobState.RUNNING):
+            await self._call(["scancel", ref.job_id])
+            return [f"slurm job {ref.job_id}"]
+        return []
