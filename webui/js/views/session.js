@@ -198,6 +198,10 @@ export class SessionView {
           hypothesis: d.hypothesis,
           command: d.command,
           attempt: d.attempt,
+          batch: d.batch ?? (round ? round.batch : 0),
+          backend: d.backend || "local",
+          job_id: d.job_id ?? null,
+          engine_state: "",
           started_at: e.ts,
           ended_at: null,
           primary_metric: null,
@@ -227,6 +231,11 @@ export class SessionView {
         break;
       case "activity":
         if (round) round.last_activity_at = d.last_activity_at;
+        break;
+      case "round.state":
+        // a cluster job's state: queued (with the engine's reason), running, ...
+        if (round) round.engine_state = d.detail || d.state;
+        this.dirty.add("live");
         break;
       case "round.finished":
         this.rounds.set(d.round, {
@@ -385,11 +394,23 @@ export class SessionView {
       return;
     }
     this.liveCard.classList.add("running");
+    const together = rounds.filter((r) => r.status === "running" || r.status === "pending");
+    const step =
+      together.length > 1
+        ? h(
+            "p.step",
+            {},
+            h("strong", {}, `Step ${current.batch || ""}: ${together.length} candidates at once · `),
+            ...together.map((r, i) => [i ? ", " : "", h("a", { href: this.ctx.sessionHash(this.project, this.sessionId, r.index) }, `round ${r.index}`)]).flat(),
+          )
+        : null;
+    const where = current.backend && current.backend !== "local" ? h("p.muted", {}, `${current.backend} job ${current.job_id || "…"}${current.engine_state ? ` · ${current.engine_state}` : ""}`) : null;
     const elapsed = h("span.elapsed", {}, "");
     const activity = h("span.activity", {}, "");
     this.liveEls = { round: current, elapsed, activity };
     replace(
       this.liveCard,
+      step,
       h(
         "div.live-head",
         {},
@@ -398,6 +419,7 @@ export class SessionView {
         h("span.live-meta", {}, "elapsed ", elapsed, " · ", activity),
         h("a.btn.small", { href: this.ctx.sessionHash(this.project, this.sessionId, current.index) }, "Details"),
       ),
+      where,
       h("p.hypothesis", {}, current.hypothesis || "–"),
       diffChips(current.diff, current.index),
       current.command ? h("details.command", {}, h("summary", {}, "Command"), h("code", {}, current.command)) : null,
@@ -427,11 +449,16 @@ export class SessionView {
       replace(this.table, h("p.muted", {}, "No round yet."));
       return;
     }
+    // With parallel candidates, a Step column shows which rounds ran together.
+    const sizes = new Map();
+    for (const r of rounds) if (r.batch > 0) sizes.set(r.batch, (sizes.get(r.batch) || 0) + 1);
+    const steps = [...sizes.values()].some((n) => n > 1);
     const rows = rounds.map((r) => {
       const duration = r.duration_sec ?? (r.started_at ? (r.ended_at || Date.now() / 1000) - r.started_at : null);
       return h(
         `tr${r.index === this.session.best_round ? ".best-row" : ""}`,
-        { dataset: { round: String(r.index) } },
+        { dataset: { round: String(r.index), step: String(r.batch || 0) } },
+        steps ? h("td.num", {}, String(r.batch || 0)) : null,
         h("td", {}, h("a", { href: this.ctx.sessionHash(this.project, this.sessionId, r.index), "aria-label": `round ${r.index} details` }, String(r.index))),
         h("td", {}, badge(r.status)),
         h("td", {}, diffChips(r.diff, r.index)),
@@ -446,7 +473,7 @@ export class SessionView {
       h(
         "table.rounds",
         {},
-        h("thead", {}, h("tr", {}, ["#", "Status", "Params vs baseline", "Hypothesis", "Expected → outcome", this.info.name, "Duration"].map((t) => h("th", { scope: "col" }, t)))),
+        h("thead", {}, h("tr", {}, [...(steps ? ["Step"] : []), "#", "Status", "Params vs baseline", "Hypothesis", "Expected → outcome", this.info.name, "Duration"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, rows),
       ),
     );
