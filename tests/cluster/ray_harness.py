@@ -40,7 +40,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
@@ -259,7 +259,7 @@ class RayCluster:
             time.sleep(0.2)
         self._fail_start(f"the Jobs API at {self.address} did not answer in time: {last!r}")
 
-    def _fail_start(self, why: str) -> None:
+    def _fail_start(self, why: str) -> NoReturn:
         detail = self.log_tails()
         with contextlib.suppress(RayClusterError):
             self.stop()

@@ -209,7 +209,8 @@ def test_entrypoint_shell_cwd_and_environment(
     assert str(ray_cluster.base_dir) in lines
     got = _probe(logs)
     assert got["cwd"] == str(tmp_path)
-    assert got["parent"] == "ray::JobSupervisor"  # `exec` replaced the shell
+    # `exec` replaced the shell (the title is `ray::JobSupervisor` or `...JobSupervisor.run`)
+    assert str(got["parent"]).startswith("ray::JobSupervisor"), got
     assert got["exe"] == str(VENV_BIN / "python")  # PATH is the head's: venv first
     env = got["env"]
     # env_vars extend the head's environment; Ray adds a few of its own.

@@ -13,6 +13,7 @@ import anyio
 import msgspec
 
 from trainee.errors import ConfigError, ProviderError, SandboxError, TraineeError
+from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import command_prefix
 from trainee.launch.sandbox import check_bwrap
@@ -143,6 +144,13 @@ def check_sandbox(spec: ProjectSpec, mode: str) -> Check:
             "unsafe mode: no isolation",
             "use guarded mode when the job writes only under .trainee/",
         )
+    if spec.advanced.backend.type != "local":
+        return _check(
+            "sandbox",
+            "pass",
+            f"guarded on {spec.advanced.backend.type}: each job runs bwrap on its node "
+            "and fails at once with a clear message where it is missing",
+        )
     try:
         check_bwrap()
     except SandboxError as exc:
@@ -256,6 +264,24 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
     return _check("provider", "pass", f"{result.get('provider')} {result.get('model')} answered")
 
 
+async def check_backend(spec: ProjectSpec, env: Mapping[str, str]) -> Check:
+    """Where rounds run: the cluster engine must answer (a bounded call)."""
+    backend = make_backend(spec.advanced.backend, env)
+    try:
+        detail = await backend.probe()
+    except TraineeError as exc:
+        fix = {
+            "slurm": "check sbatch/sinfo on PATH and SLURM_CONF, or advanced.backend.partition",
+            "ray": "check advanced.backend.address and that the Ray head runs "
+            "(pip install 'trainee[ray]' on this machine)",
+        }.get(backend.name, "")
+        return _check("backend", "fail", f"{backend.name}: {exc.message}", fix)
+    guarded = str(spec.advanced.security_mode) == SecurityMode.GUARDED
+    if backend.name != "local" and guarded:
+        detail += "; guarded mode: each job checks for bwrap on its node"
+    return _check("backend", "pass", f"{backend.name}: {detail}")
+
+
 async def run_doctor(
     root: str, *, env: Mapping[str, str], skip_provider_test: bool, security_mode: str | None = None
 ) -> DoctorReport:
@@ -280,6 +306,7 @@ async def run_doctor(
                 checks.append(await anyio.to_thread.run_sync(fn))
             except (OSError, TraineeError) as exc:
                 checks.append(_check(name, "fail", str(exc), _FIXES.get(name, "")))
+        checks.append(await check_backend(spec, env))
         checks.append(await check_provider(env, skip_provider_test, str(spec.decision.policy)))
     ok = all(c.status != "fail" for c in checks)
     return DoctorReport(project_root=str(root), ok=ok, checks=checks)

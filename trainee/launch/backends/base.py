@@ -105,6 +105,10 @@ class Backend(Protocol):
         """Make sure nothing of a lost attempt still runs; what was killed."""
         ...
 
+    async def probe(self) -> str:
+        """A one-line description of the engine when it answers; LaunchError otherwise."""
+        ...
+
     def unrecorded(self, job: RoundJob) -> JobRef | None:
         """The job a launch left in the round's folder before the store recorded it (the
         daemon died in between), so it can be ended instead of running on unseen."""

@@ -66,6 +66,9 @@ class LocalBackend:
         handle = handle_of(ref, job)
         return handle is not None and (is_alive(handle) or read_exit(job.rnd.exit_file) is not None)
 
+    async def probe(self) -> str:
+        return "rounds run on this machine under trainee's round monitor"
+
     async def end_lost(self, ref: JobRef, job: RoundJob) -> list[str]:
         """Stop a launch still under its monitor, then kill what its job left."""
         handle = handle_of(ref, job)

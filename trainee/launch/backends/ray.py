@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import shlex
 import time
@@ -44,6 +45,7 @@ from trainee.monitor.process import ExitInfo
 __all__ = ["RayBackend"]
 
 T = TypeVar("T")
+log = logging.getLogger("trainee.launch.ray")
 MAX_POLL_FAILURES = 5
 
 
@@ -79,6 +81,18 @@ class RayBackend:
                     "the Ray backend needs the ray package: pip install 'trainee[ray]'",
                     {"field": "advanced.backend", "reason": str(exc)},
                 ) from exc
+            # Ray's client takes these over its own address argument: the project's
+            # advanced.backend.address must win (the daemon needs neither itself).
+            for name in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"):
+                if os.environ.get(name, self.address) != self.address:
+                    log.warning(
+                        "ignoring %s=%s of the daemon's environment: rounds go to %s "
+                        "(advanced.backend.address)",
+                        name,
+                        os.environ[name],
+                        self.address,
+                    )
+                os.environ.pop(name, None)
             try:
                 # verify=False only without TLS: with it on a plain http:// address,
                 # tail_job_logs hands aiohttp ssl=None, which it deprecates.
@@ -265,6 +279,10 @@ class RayBackend:
             return False
         state, _, _ = await self._status(ref.job_id)
         return state != JobState.UNKNOWN
+
+    async def probe(self) -> str:
+        version = await self._call("get_version", lambda c: c.get_version())
+        return f"the Ray Jobs API at {self.address} answers (version {version})"
 
     def unrecorded(self, job: RoundJob) -> JobRef | None:
         return remembered_job(job.rnd)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import shutil
 import subprocess
 import time
@@ -122,7 +123,7 @@ class SlurmBackend:
     # -- Slurm commands ------------------------------------------------------------------
 
     async def _call(
-        self, argv: list[str], *, check: bool = True
+        self, argv: list[str], *, check: bool = True, env: Mapping[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         exe = shutil.which(argv[0], path=self.client_env.get("PATH"))
         if exe is None:
@@ -136,7 +137,7 @@ class SlurmBackend:
             with anyio.fail_after(timeout):
                 done = await anyio.run_process(
                     [exe, *argv[1:]],
-                    env=self.client_env,
+                    env=dict(self.client_env if env is None else env),
                     check=False,
                     stdin=subprocess.DEVNULL,
                 )
@@ -168,6 +169,9 @@ class SlurmBackend:
             f"#SBATCH --error={log}",
             "#SBATCH --open-mode=append",
             f"#SBATCH --chdir={job.cwd}",
+            # the job gets the round's environment through sbatch's own (never written
+            # into the script: it may hold the caller's secrets, kept only in memory)
+            "#SBATCH --export=ALL",
         ]
         limit = o.time_limit
         if limit is None and job.timeout_sec is not None:
@@ -194,14 +198,32 @@ class SlurmBackend:
         job.rnd.log.parent.mkdir(parents=True, exist_ok=True)
         clear_job_files(job.rnd)
         script = job.rnd.dir / "job.sbatch"
-        script.write_text(job_script(job, header=self._header(job), clean_env=True))
-        done = await self._call(["sbatch", "--parsable", str(script)])
+        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(job_script(job, header=self._header(job), clean_env=False))
+        done = await self._call(["sbatch", "--parsable", str(script)], env=self._submit_env(job))
         job_id = done.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise LaunchError(f"sbatch answered {done.stdout.strip()!r}, not a job id")
         ref = JobRef(backend=self.name, job_id=job_id)
         remember_job(job.rnd, ref)
         return ref
+
+    def _submit_env(self, job: RoundJob) -> dict[str, str]:
+        """sbatch's environment, which ``--export=ALL`` hands to the job: the round's own,
+        plus what sbatch needs to find the cluster; no Slurm job or option variables of
+        the caller (a daemon inside an allocation would otherwise leak its own)."""
+        env = {
+            k: v
+            for k, v in job.env.items()
+            if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_"))
+        }
+        for key in ("SLURM_CONF", "PATH"):
+            if key in self.client_env and key not in env:
+                env[key] = self.client_env[key]
+        if "SLURM_CONF" in self.client_env:
+            env["SLURM_CONF"] = self.client_env["SLURM_CONF"]
+        return env
 
     async def _state(self, job_id: str) -> tuple[JobState, str, dict[str, str]]:
         """The job's state, Slurm's name for it and what ``scontrol`` says (may be empty)."""
@@ -335,6 +357,20 @@ class SlurmBackend:
             return True
         state, _, _ = await self._state(ref.job_id)
         return state != JobState.UNKNOWN
+
+    async def probe(self) -> str:
+        done = await self._call(["sinfo", "-h", "-o", "%P %a %D %t"])
+        rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
+        names = [r[0].rstrip("*") for r in rows if r]
+        wanted = self.options.partition
+        if wanted is not None and wanted not in names:
+            raise LaunchError(
+                f"Slurm has no partition {wanted!r} (it has: {', '.join(names) or 'none'})",
+                {"field": "advanced.backend.partition"},
+            )
+        return "Slurm answers; partitions: " + ", ".join(
+            f"{r[0]} ({r[1]}, {r[2]} nodes {r[3]})" for r in rows if len(r) >= 4
+        )
 
     def unrecorded(self, job: RoundJob) -> JobRef | None:
         return remembered_job(job.rnd)
