@@ -284,3 +284,25 @@ def _two_plans(*lrs: float) -> str:
             ]
         }
     )
+
+
+def test_doctor_asks_the_engine_and_names_a_wrong_setting(
+    daemon: Daemon, engine: Engine, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "p", engine.backend)
+    env = env_for(daemon, engine)
+
+    def backend_check() -> dict[str, Any]:
+        result = run_cli("doctor", str(project), "--skip-provider-test", "--json", env=env)
+        checks = {c["name"]: c for c in result.json()["checks"]}
+        return checks["backend"]
+
+    good = backend_check()
+    assert good["status"] == "pass", good
+    assert good["detail"].startswith(engine.name)
+    wrong = {"partition": "nope"} if engine.name == "slurm" else {"address": "http://127.0.0.1:9"}
+    set_backend(project, {**engine.backend, **wrong})
+    bad = backend_check()
+    assert bad["status"] == "fail", bad
+    assert ("nope" if engine.name == "slurm" else "127.0.0.1:9") in bad["detail"]
+    assert bad["fix"]
