@@ -169,7 +169,8 @@ def test_the_example_runs_by_changing_only_the_backend(
 def test_a_failing_job_fails_its_round_with_the_log_tail(
     daemon: Daemon, engine: Engine, tmp_path: Path
 ) -> None:
-    project = make_project(tmp_path / "p", engine.backend, max_rounds=2)
+    # a folder name sbatch's #SBATCH parser would split or cut short unescaped
+    project = make_project(tmp_path / "my proj#2", engine.backend, max_rounds=2)
     with FakeLLM([OK, plan({"lr": FAIL_LR})]) as fake:
         env = env_for(daemon, engine, fake)
         start_session(project, env, "--policy", "llm")

@@ -20,6 +20,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from trainee.errors import LaunchError
 from trainee.launch.backends import make_backend
 from trainee.launch.backends.base import BWRAP_MISSING_CODE, RoundJob, exit_code_file, job_script
 from trainee.launch.backends.slurm import SlurmBackend, SlurmOptions, parse_scontrol
@@ -328,17 +329,26 @@ def sbatch_lines(header: Sequence[str]) -> dict[str, str]:
 
 
 def test_the_header_always_names_the_job_its_log_and_folder(rnd: RoundLayout) -> None:
+    """In a project folder whose name needs quoting: what sbatch reads from each line."""
     job = make_job(rnd, ["/usr/bin/true"], timeout_sec=None)
     header = slurm()._header(job)
     log = str(rnd.log)
-    assert header == [
-        "#SBATCH --job-name=trainee-proj-s0001-r0003",
-        f"#SBATCH --output={log}",
-        f"#SBATCH --error={log}",
-        "#SBATCH --open-mode=append",
-        f"#SBATCH --chdir={job.cwd}",
+    assert [line.split("=", 1)[0] for line in header] == [
+        "#SBATCH --job-name",
+        "#SBATCH --output",
+        "#SBATCH --error",
+        "#SBATCH --open-mode",
+        "#SBATCH --chdir",
+        "#SBATCH --export",
+    ]
+    assert [sbatch_words(line) for line in header] == [
+        ["--job-name=trainee-proj-s0001-r0003"],
+        [f"--output={log}"],
+        [f"--error={log}"],
+        ["--open-mode=append"],
+        [f"--chdir={job.cwd}"],
         # the round's environment reaches the job through sbatch's own, not the script
-        "#SBATCH --export=ALL",
+        ["--export=ALL"],
     ]
     assert log.endswith(".trainee/artifacts/session-0001/round-0003.log")
 
@@ -420,70 +430,95 @@ def test_the_sbatch_script_runs_under_plain_sh_and_keeps_the_header_first(
 
 
 def sbatch_words(line: str) -> list[str]:
-    """The words sbatch takes from one ``#SBATCH`` line (Slurm's ``_get_argument`` in
-    src/sbatch/opt.c): whitespace separates words, single or double quotes group, a
-    backslash escapes the next character and an unescaped ``#`` starts a comment."""
+    """The words sbatch 22.05 takes from one ``#SBATCH`` line (``_get_argument`` in
+    src/sbatch/opt.c, and checked against the real sbatch): whitespace separates words;
+    single or double quotes group; a backslash is dropped and the next character taken
+    as is, except that whitespace still ends a word outside quotes; an unquoted,
+    unescaped ``#`` ends the line."""
     words: list[str] = []
     rest = line.removeprefix("#SBATCH")
     i = 0
     while i < len(rest):
         while i < len(rest) and rest[i].isspace():
             i += 1
-        word, quote, started = "", "", False
-        while i < len(rest) and (quote or not rest[i].isspace()):
+        word, quote, escaped, started = "", "", False, False
+        while i < len(rest) and (quote or not rest[i].isspace()) and rest[i] != "\n":
             c = rest[i]
-            if c == "\\" and i + 1 < len(rest):
-                word, i, started = word + rest[i + 1], i + 2, True
+            i += 1
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = started = True
                 continue
-            if quote:
+            elif quote:
                 if c == quote:
                     quote = ""
-                else:
-                    word += c
+                    continue
             elif c in "\"'":
                 quote, started = c, True
+                continue
             elif c == "#":
-                return [*words, word] if started or word else words
-            else:
-                word += c
-            i += 1
-        if word or started:
+                return [*words, word] if started else words
+            word += c
+            started = True
+        if quote:
+            raise ValueError(f"sbatch: unmatched {quote} in {line!r}")
+        if started:
             words.append(word)
     return words
 
 
-HEADER_PATH_BUG = (
-    "bug: SlurmBackend._header (trainee/launch/backends/slurm.py) writes --output, --error "
-    "and --chdir unquoted; sbatch splits a #SBATCH line at whitespace (the job is refused: "
-    "'Invalid directive found in batch script') and cuts it at '#' (the log goes elsewhere)"
-)
+def test_sbatch_words_follows_what_sbatch_22_05_reads() -> None:
+    # each case was checked with a real sbatch 22.05 (the StdOut scontrol reports)
+    assert sbatch_words("#SBATCH --a=b --c") == ["--a=b", "--c"]
+    assert sbatch_words('#SBATCH --output="/x/a b.log"') == ["--output=/x/a b.log"]
+    assert sbatch_words("#SBATCH --output='/x/a b.log'") == ["--output=/x/a b.log"]
+    assert sbatch_words('#SBATCH --output="/x/a#b.log"') == ["--output=/x/a#b.log"]
+    assert sbatch_words('#SBATCH --output="/x/it\'s.log"') == ["--output=/x/it's.log"]
+    assert sbatch_words('#SBATCH --output="/x/x\\y.log"') == ["--output=/x/xy.log"]
+    assert sbatch_words('#SBATCH --output="/x/x\\\\y.log"') == ["--output=/x/x\\y.log"]
+    assert sbatch_words('#SBATCH --output="/x/a\\"b.log"') == ['--output=/x/a"b.log']
+    assert sbatch_words('#SBATCH --output=/x/"a b".log') == ["--output=/x/a b.log"]
+    assert sbatch_words("#SBATCH --output=/x/a\\ b.log") == ["--output=/x/a", "b.log"]
+    assert sbatch_words("#SBATCH --output=/x/a#b") == ["--output=/x/a"]
+    assert sbatch_words("#SBATCH --output=/x/a b") == ["--output=/x/a", "b"]
 
 
 @pytest.mark.parametrize(
     "folder",
     [
         "plain",
-        pytest.param("my project", marks=pytest.mark.xfail(strict=True, reason=HEADER_PATH_BUG)),
-        pytest.param("run#2", marks=pytest.mark.xfail(strict=True, reason=HEADER_PATH_BUG)),
+        "my project",
+        "run#2",
+        "it's",
+        "tab\there",
+        "back\\slash",
     ],
 )
 def test_header_paths_reach_sbatch_as_one_word(tmp_path: Path, folder: str) -> None:
     rnd = ProjectLayout.for_root(tmp_path / folder, env={}).session(1).round(3)
     job = make_job(rnd, ["/usr/bin/true"])
-    words = [w for line in slurm()._header(job) for w in sbatch_words(line)]
+    header = slurm(sbatch_args=("--comment=a b #c",))._header(job)
+    assert [len(sbatch_words(line)) for line in header] == [1] * len(header)
+    words = [w for line in header for w in sbatch_words(line)]
     assert f"--output={rnd.log}" in words
     assert f"--error={rnd.log}" in words
     assert f"--chdir={job.cwd}" in words
-    assert len(words) == len(slurm()._header(job))
+    assert "--comment=a b #c" in words
 
 
-def test_sbatch_words_follows_slurms_rules() -> None:
-    assert sbatch_words("#SBATCH --a=b --c") == ["--a=b", "--c"]
-    assert sbatch_words('#SBATCH --output="/x/my proj/l.log"') == ["--output=/x/my proj/l.log"]
-    assert sbatch_words("#SBATCH --output='/x/a#b'") == ["--output=/x/a#b"]
-    assert sbatch_words("#SBATCH --output=/x/a\\ b\\#c") == ["--output=/x/a b#c"]
-    assert sbatch_words("#SBATCH --output=/x/a#b") == ["--output=/x/a"]
-    assert sbatch_words("#SBATCH --output=/x/a b") == ["--output=/x/a", "b"]
+def test_a_double_quote_in_a_path_never_reaches_sbatch_mangled(tmp_path: Path) -> None:
+    """Refused with a LaunchError naming the value, or read back as one word."""
+    rnd = ProjectLayout.for_root(tmp_path / 'say "hi"', env={}).session(1).round(3)
+    job = make_job(rnd, ["/usr/bin/true"])
+    try:
+        header = slurm()._header(job)
+    except LaunchError as exc:
+        assert 'say "hi"' in exc.message
+        return
+    words = [w for line in header for w in sbatch_words(line)]
+    assert f"--output={rnd.log}" in words
+    assert f"--chdir={job.cwd}" in words
 
 
 # -- scontrol show job -----------------------------------------------------------------------

@@ -112,6 +112,26 @@ def parse_scontrol(text: str) -> dict[str, str]:
     return out
 
 
+def _slurm_escape(text: str) -> str:
+    """``text`` as one word of an ``#SBATCH`` line: sbatch splits at whitespace and ends
+    the line at a ``#`` outside double quotes (checked with sbatch 22.05), so such a
+    word is double-quoted, with backslashes and quotes escaped."""
+    if any(c in text for c in "\n\r"):
+        raise LaunchError(
+            f"a Slurm option cannot hold a line break: {text!r} "
+            "(rename the folder or change advanced.backend)",
+            {"field": "advanced.backend", "value": text},
+        )
+    if any(c.isspace() or c in "#'\"\\" for c in text):
+        # inside double quotes sbatch reads \\ as \ and \" as "
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+def _directive(flag: str, value: str) -> str:
+    return f"#SBATCH {flag}={_slurm_escape(value)}"
+
+
 class SlurmBackend:
     name = "slurm"
 
@@ -164,11 +184,11 @@ class SlurmBackend:
         o = self.options
         log = str(job.rnd.log)
         header = [
-            f"#SBATCH --job-name={job.name}",
-            f"#SBATCH --output={log}",
-            f"#SBATCH --error={log}",
+            _directive("--job-name", job.name),
+            _directive("--output", log),
+            _directive("--error", log),
             "#SBATCH --open-mode=append",
-            f"#SBATCH --chdir={job.cwd}",
+            _directive("--chdir", job.cwd),
             # the job gets the round's environment through sbatch's own (never written
             # into the script: it may hold the caller's secrets, kept only in memory)
             "#SBATCH --export=ALL",
@@ -187,8 +207,8 @@ class SlurmBackend:
             ("--qos", o.qos),
         ):
             if value is not None:
-                header.append(f"#SBATCH {flag}={value}")
-        header += [f"#SBATCH {arg}" for arg in o.sbatch_args]
+                header.append(_directive(flag, str(value)))
+        header += ["#SBATCH " + _slurm_escape(arg) for arg in o.sbatch_args]
         return header
 
     # -- Backend -------------------------------------------------------------------------
@@ -321,14 +341,18 @@ class SlurmBackend:
         code = read_exit_code(job.rnd)
         sig: str | None = None
         if code is None:
-            exit_code = info.get("ExitCode", "")
-            rc, _, signo = exit_code.partition(":")
-            code = int(rc) if rc.isdigit() else None
+            rc, _, signo = info.get("ExitCode", "").partition(":")
             if signo.isdigit() and int(signo):
                 sig = f"signal {signo}"
+            if detail in ("completed", "failed") and rc.isdigit():
+                # Slurm's status only when the job ran to its end; a job cancelled or
+                # lost before the script recorded its own has no status (0:0 in the queue).
+                code = int(rc)
         error = None
         if code == BWRAP_MISSING_CODE:
             error = "guarded mode: bubblewrap is not installed on the compute node (see the log)"
+        elif detail == "cancelled" and reason is None:
+            error = f"slurm job {ref.job_id} was cancelled outside trainee (scancel by someone)"
         elif detail not in ("completed", "failed", "cancelled", "timeout"):
             error = f"slurm job {ref.job_id} ended {detail.upper()}"
         return exit_info(
