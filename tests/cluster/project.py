@@ -21,13 +21,20 @@ FAIL_LR = 0.7
 """A round with this lr fails: a message on stderr and exit status 3."""
 
 TRAIN_PY = f"""\
-import argparse, os, sys, time
+import argparse, os, signal, sys, time
+def on_term(signum, frame):  # a polite job: saves for a moment, then exits
+    print("stop requested: saving", flush=True)
+    time.sleep(1.5)
+    print("checkpoint saved", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
 p = argparse.ArgumentParser()
 p.add_argument("--lr", type=float, default=0.1)
 p.add_argument("--data-root")
 args = p.parse_args()
 root = os.path.dirname(os.path.abspath(__file__))
 print(f"start lr={{args.lr}} host={{os.uname().nodename}}", flush=True)
+print(f"has MY_API_KEY={{'MY_API_KEY' in os.environ}}", flush=True)
 if args.lr == {FAIL_LR}:
     print("RuntimeError: CUDA out of memory (simulated)", file=sys.stderr, flush=True)
     sys.exit(3)

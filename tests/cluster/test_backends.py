@@ -173,6 +173,7 @@ def test_a_failing_job_fails_its_round_with_the_log_tail(
     project = make_project(tmp_path / "my proj#2", engine.backend, max_rounds=2)
     with FakeLLM([OK, plan({"lr": FAIL_LR})]) as fake:
         env = env_for(daemon, engine, fake)
+        env["MY_API_KEY"] = "sk-not-for-the-dashboard"
         start_session(project, env, "--policy", "llm")
         state = wait_finished(env, project, timeout=120)
     rounds = state["rounds"]
@@ -182,6 +183,13 @@ def test_a_failing_job_fails_its_round_with_the_log_tail(
     assert any("CUDA out of memory" in line for line in got["round"]["failure_tail"])
     assert engine.state(rounds[1]["job_id"]) == "failed"
     assert state["session"]["status"] == "finished"
+    # Slurm takes the round's environment from sbatch (never written into the script);
+    # Ray would show a runtime_env on its dashboard, so secret-named variables stay home
+    sent = engine.name == "slurm"
+    assert f"has MY_API_KEY={sent}" in round_log(project, 1)
+    for script in round_dir(project, 1).glob("job.s*"):  # job.sbatch or job.sh
+        assert "sk-not-for-the-dashboard" not in script.read_text()
+        assert script.stat().st_mode & 0o077 == 0 or engine.name == "ray"
 
 
 def test_stopping_the_session_cancels_the_job(
@@ -199,6 +207,9 @@ def test_stopping_the_session_cancels_the_job(
     round2 = state["rounds"][1]
     assert round2["status"] == "stopped"
     assert engine.wait_final(round2["job_id"]) == "cancelled"
+    # SIGTERM once, then the job's own time to save: its last words reach the round log
+    log = round_log(project, 2)
+    assert log.count("stop requested: saving") == 1 and "checkpoint saved" in log
     assert_no_training_left(project)
 
 

@@ -311,7 +311,7 @@ def test_a_controller_that_stops_answering_ends_the_wait_with_an_error(fake: Fak
     assert info.returncode is None and not info.lost
     assert len(fake.calls("squeue")) == MAX_POLL_FAILURES
     assert fake.calls("scancel") == ["77"]
-    assert cancel_reason(fake.job.rnd) == "stopped"
+    assert cancel_reason(fake.job.rnd) == "lost"  # not a user stop: the engine stopped answering
 
 
 def test_hanging_squeue_and_scancel_still_end_the_wait(fake: FakeSlurm) -> None:

@@ -254,6 +254,27 @@ CASES: list[Bad] = [
         "expected `int`, got `bool`",
         "run:\n  parallel: true  #<\n",
     ),
+    # -- candidates of one step must not read each other's files -----------------------
+    Bad(
+        "parallel-shared-metric-file",
+        "metrics.specs[0].path",
+        "would be shared by them; make it per round with {outputs_dir}",
+        "run:\n  parallel: 2\nmetrics:\n  specs:\n    - name: val_loss\n      source: jsonl\n"
+        "      key_or_pattern: val_loss\n      path: .trainee/logs/metrics.jsonl  #<\n",
+    ),
+    Bad(
+        "parallel-shared-log-path",
+        "advanced.log_paths[0]",
+        "with run.parallel 3 rounds run at once",
+        "run:\n  parallel: 3\nadvanced:\n  log_paths:\n    - .trainee/logs/train.log  #<\n",
+    ),
+    Bad(
+        "parallel-shared-heartbeat",
+        "advanced.signal_sources[0].paths[0]",
+        "would be shared by them",
+        "run:\n  parallel: 2\nadvanced:\n  signal_sources:\n    - type: heartbeat_file\n"
+        "      paths:\n        - .trainee/logs/hb.json  #<\n",
+    ),
 ]
 
 

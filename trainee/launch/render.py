@@ -46,6 +46,7 @@ __all__ = [
     "build_shell_text",
     "command_prefix",
     "config_diff",
+    "is_secret_name",
     "render_round",
     "shell_display",
     "shell_values",
@@ -65,6 +66,14 @@ DROPPED_ENV: frozenset[str] = frozenset(
 inherited ``TRAINEE_*`` variable is dropped too: the job gets its own five."""
 
 _PYTHONS = ("python", "python3")
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+
+
+def is_secret_name(name: str) -> bool:
+    """Environment variables never written to the store (API keys, tokens, passwords),
+    nor handed to a cluster engine that shows them to others (Ray's runtime_env)."""
+    upper = name.upper()
+    return any(word in upper for word in _SECRET_WORDS)
 
 
 class RenderedRound(msgspec.Struct, frozen=True, kw_only=True):

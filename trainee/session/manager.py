@@ -23,6 +23,7 @@ import msgspec
 from trainee import paths
 from trainee.errors import InvalidParams, InvalidState, NotFound
 from trainee.launch.layout import ProjectLayout, parse_session_id
+from trainee.launch.render import is_secret_name
 from trainee.llm.settings import LlmSettings, load_settings
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, journal_section
 from trainee.session.bus import EventBus
@@ -390,15 +391,6 @@ class SessionManager:
     def control_of(self, root: str, index: int) -> SessionControl | None:
         running = self._running.get((root, index))
         return running.control if running else None
-
-
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-
-
-def is_secret_name(name: str) -> bool:
-    """Environment variables never written to the store (API keys, tokens, passwords)."""
-    upper = name.upper()
-    return any(word in upper for word in _SECRET_WORDS)
 
 
 def split_secrets(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

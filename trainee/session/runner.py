@@ -587,7 +587,7 @@ class SessionRunner:
                 f"advanced.backend is now {backend.name}; change it back to resume",
                 {"field": "advanced.backend", "round": rec.index},
             )
-        if ref is not None and await backend.adoptable(ref, job):
+        if ref is not None and await _adoptable(backend, ref, job):
             name = (
                 f"{ref.backend} job {ref.job_id}" if ref.job_id else f"its monitor (pid {ref.pid})"
             )
@@ -734,7 +734,20 @@ class SessionRunner:
 
         async def stop_watcher() -> None:
             await self.control.stop_requested.wait()
-            await backend.cancel(ref, job, reason="stopped")
+            # a cluster that does not answer at once must not turn a stop into a failure:
+            # try again, and let wait() decide how the job ended
+            for attempt in range(5):
+                try:
+                    await backend.cancel(ref, job, reason="stopped")
+                    return
+                except TraineeError as exc:
+                    log.warning(
+                        "%s round %d: stopping its job failed (%s); trying again",
+                        self.record.id,
+                        rec.index,
+                        exc.message,
+                    )
+                    await anyio.sleep(2.0 * (attempt + 1))
 
         async def on_state(state: JobState, detail: str) -> None:
             self.emit("round.state", {"round": rec.index, "state": str(state), "detail": detail})
@@ -966,7 +979,7 @@ def _status_of(info: ExitInfo, missing_required: list[str]) -> str:
     if info.timed_out:
         return "timed_out"
     if info.lost or info.returncode != 0 or info.signal:
-        return "failed"
+        return "failed"  # a job with no exit status of its own (None) failed
     if missing_required:
         return "completed_without_metrics"
     return "completed"
@@ -979,6 +992,17 @@ def _fill(pattern: str, placeholders: Mapping[str, str], spec: ProjectSpec) -> s
     if not text.startswith("/"):
         text = str(spec.root_path / text)
     return text
+
+
+async def _adoptable(backend: Backend, ref: JobRef, job: RoundJob) -> bool:
+    """Whether to watch a recorded job again. An engine that does not answer right now
+    (a restart often meets one) is no proof the job is gone: watch it, and let wait()'s
+    own patience decide."""
+    try:
+        return await backend.adoptable(ref, job)
+    except TraineeError as exc:
+        log.warning("re-adopting %s job %s without an answer: %s", ref.backend, ref.job_id, exc)
+        return True
 
 
 def _job_name(project: str, session: int, rec: RoundRecord) -> str:

@@ -452,6 +452,33 @@ class _Compiler:
         if adv.shell_command is not None:
             self._check_shell(adv.shell_command)
         self._check_backend()
+        self._check_parallel()
+
+    def _check_parallel(self) -> None:
+        """Rounds of one step run at once: a file they read their metrics or activity
+        from must be their own, or one round would take another's result."""
+        if self.project.run.parallel <= 1:
+            return
+        per_round = ("{round_dir}", "{round_index}", "{outputs_dir}", "{config_path}")
+        paths: list[tuple[FieldPath, str]] = []
+        for i, m in enumerate(self.project.metrics.specs):
+            if m.path is not None:
+                paths.append((("metrics", "specs", i, "path"), m.path))
+        adv = self.project.advanced
+        paths += [(("advanced", "log_paths", i), p) for i, p in enumerate(adv.log_paths)]
+        for i, sig in enumerate(adv.signal_sources):
+            paths += [
+                (("advanced", "signal_sources", i, "paths", j), p) for j, p in enumerate(sig.paths)
+            ]
+        for where, raw in paths:
+            if not any(token in raw for token in per_round):
+                raise self.fail(
+                    self.psrc,
+                    where,
+                    f"with run.parallel {self.project.run.parallel} rounds run at once, so "
+                    f"{raw!r} would be shared by them; make it per round with {{outputs_dir}} "
+                    "or {round_dir} (and have the job write there)",
+                )
 
     def _check_backend(self) -> None:
         b = self.project.advanced.backend

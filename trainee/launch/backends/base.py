@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
+import logging
 import os
 import shlex
 import time
@@ -37,9 +38,14 @@ __all__ = [
     "StateCallback",
     "cancel_reason",
     "exit_code_file",
+    "honoured_cancel",
     "job_script",
     "mark_cancel",
+    "mark_running",
+    "running_since",
 ]
+
+log = logging.getLogger("trainee.launch")
 
 BWRAP_MISSING_CODE = 97
 """The job script's exit status when guarded mode finds no bwrap on the node."""
@@ -161,8 +167,46 @@ def cancel_reason(rnd: RoundLayout) -> str | None:
     return None
 
 
+def _started_file(rnd: RoundLayout) -> Path:
+    return rnd.dir / "job-started"
+
+
+def running_since(rnd: RoundLayout) -> float | None:
+    """When the job was first seen running (not queued): its timeout counts from there,
+    across daemon restarts."""
+    try:
+        return float(_started_file(rnd).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def mark_running(rnd: RoundLayout) -> float:
+    found = running_since(rnd)
+    if found is not None:
+        return found
+    now = time.time()
+    try:
+        rnd.dir.mkdir(parents=True, exist_ok=True)
+        tmp = _started_file(rnd).with_suffix(".tmp")
+        tmp.write_text(repr(now))
+        os.replace(tmp, _started_file(rnd))
+    except OSError as exc:  # the timeout then counts from this daemon's first sight
+        log.warning("cannot record when %s started: %s", rnd.dir, exc)
+    return now
+
+
+def honoured_cancel(rnd: RoundLayout, *, cancelled: bool, code: int | None) -> str | None:
+    """Why trainee cancelled the job (``stopped``/``timed_out``), when the cancel is what
+    ended it: the engine says cancelled, or the command exited with an error. A job that
+    finished cleanly just before the cancel keeps its result."""
+    reason = cancel_reason(rnd)
+    if reason is None or not (cancelled or (code is not None and code != 0)):
+        return None
+    return reason
+
+
 def clear_job_files(rnd: RoundLayout) -> None:
-    for path in (exit_code_file(rnd), _cancel_file(rnd), _job_file(rnd)):
+    for path in (exit_code_file(rnd), _cancel_file(rnd), _job_file(rnd), _started_file(rnd)):
         path.unlink(missing_ok=True)
 
 
@@ -186,11 +230,23 @@ def job_script(
     (the ``bwrap`` the command starts with) exists on the node and otherwise ends
     with :data:`BWRAP_MISSING_CODE` and a message saying so. The command's status
     is written to :func:`exit_code_file` (atomically) before the script exits with it.
+
+    Stopping: Slurm's scancel and Ray's stop_job send SIGTERM to every process of
+    the job, the command's included. The script itself survives it (a handler that
+    does nothing) and waits for the command to finish saving, so the status is
+    recorded and the output complete; the engine's SIGKILL ends everything after its
+    grace (Slurm's KillWait, Ray's RAY_JOB_STOP_WAIT_TIME_S).
     """
-    lines = ["#!/bin/sh", *header, f"cd {shlex.quote(job.cwd)} || exit 1"]
+    lines = [
+        "#!/bin/sh",
+        *header,
+        f"cd {shlex.quote(job.cwd)} || exit 1",
+        "trap 'true' TERM INT HUP",
+    ]
     env_args = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(job.env.items()))
     command = " ".join(shlex.quote(a) for a in job.argv)
-    run = f"env -i {env_args} {command}" if clean_env else command
+    run = (f"env -i {env_args} {command}" if clean_env else command) + " &"
+    wait = 'child=$!; while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done'
     if job.guarded:
         bwrap = shlex.quote(job.argv[0])
         lines += [
@@ -201,11 +257,11 @@ def job_script(
             f"  rc={BWRAP_MISSING_CODE}",
             "else",
             f"  {run}",
-            "  rc=$?",
+            f"  {wait}",
             "fi",
         ]
     else:
-        lines += [run, "rc=$?"]
+        lines += [run, wait]
     if record_exit:
         target = shlex.quote(str(exit_code_file(job.rnd)))
         lines.append(f'printf "%s\\n" "$rc" > {target}.tmp && mv -f {target}.tmp {target}')

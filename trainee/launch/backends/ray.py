@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import shlex
 import time
@@ -34,12 +35,16 @@ from trainee.launch.backends.base import (
     cancel_reason,
     clear_job_files,
     exit_info,
+    honoured_cancel,
     job_script,
     mark_cancel,
+    mark_running,
     read_exit_code,
     remember_job,
     remembered_job,
+    running_since,
 )
+from trainee.launch.render import is_secret_name
 from trainee.monitor.process import ExitInfo
 
 __all__ = ["RayBackend"]
@@ -140,13 +145,25 @@ class RayBackend:
         options: dict[str, Any] = {"entrypoint_num_cpus": self.cpus}
         if self.gpus:
             options["entrypoint_num_gpus"] = self.gpus
+        # Ray shows a job's runtime_env to whoever reaches its dashboard: variables named
+        # like secrets stay here (the cluster needs its own credentials).
+        env = {k: v for k, v in job.env.items() if not is_secret_name(k)}
+        withheld = sorted(set(job.env) - set(env))
+        if withheld:
+            log.warning(
+                "%s: not sending %s to Ray (a runtime_env is visible on its dashboard)",
+                job.name,
+                ", ".join(withheld),
+            )
+        # Ray's stop_job waits this long between SIGTERM and SIGKILL (default 3 s)
+        env["RAY_JOB_STOP_WAIT_TIME_S"] = str(max(1, math.ceil(job.grace_sec)))
         await self._call(
             "submit_job",
             functools.partial(
                 _submit,
                 entrypoint=f"sh {shlex.quote(str(script))}",
                 submission_id=job_id,
-                env=dict(job.env),
+                env=env,
                 options=options,
             ),
         )
@@ -171,7 +188,7 @@ class RayBackend:
         assert ref.job_id is not None
         job_id = ref.job_id
         submitted = time.time()
-        running_since: float | None = None
+        started = running_since(job.rnd)  # kept across daemon restarts
         last: JobState | None = None
         failures = 0
         copier = _LogCopier(job.rnd.log)
@@ -186,10 +203,10 @@ class RayBackend:
                         failures += 1
                         if failures >= MAX_POLL_FAILURES:
                             with contextlib.suppress(LaunchError):
-                                await self.cancel(ref, job, reason="stopped")
+                                await self.cancel(ref, job, reason="lost")
                             return exit_info(
                                 returncode=None,
-                                started_at=running_since or submitted,
+                                started_at=started or submitted,
                                 error=f"Ray stopped answering about job {job_id}: {exc.message}",
                             )
                         await anyio.sleep(min(30.0, self.poll_interval_sec * 2**failures))
@@ -198,10 +215,12 @@ class RayBackend:
                         last = state
                         if on_state is not None:
                             await on_state(state, f"ray job {job_id} {detail}")
-                    if state == JobState.RUNNING and running_since is None:
-                        started_ms = getattr(info, "start_time", None)
-                        running_since = started_ms / 1000 if started_ms else time.time()
+                    if state == JobState.RUNNING and started is None:
+                        # Ray's start_time is the submission (the job may have queued)
+                        started = mark_running(job.rnd)
                     if state == JobState.UNKNOWN:
+                        if read_exit_code(job.rnd) is not None:
+                            return self._exit(job_id, job, state, "ended", None, started)
                         return exit_info(
                             returncode=None,
                             started_at=submitted,
@@ -210,16 +229,24 @@ class RayBackend:
                         )
                     if state in (JobState.EXITED, JobState.CANCELLED):
                         # the whole log, whatever the stream delivered
-                        logs = await self._call("get_job_logs", lambda c: c.get_job_logs(job_id))
-                        copier.complete(logs)
-                        return self._exit(job_id, job, state, detail, info, running_since)
+                        try:
+                            logs = await self._call(
+                                "get_job_logs", lambda c: c.get_job_logs(job_id)
+                            )
+                            copier.complete(logs)
+                        except LaunchError as exc:
+                            # e.g. Ray cannot decode a log with non-UTF-8 bytes: the round
+                            # keeps what the stream delivered and its result
+                            log.warning("%s: the job's full log: %s", job.name, exc.message)
+                        return self._exit(job_id, job, state, detail, info, started)
                     if (
                         job.timeout_sec is not None
-                        and running_since is not None
-                        and time.time() - running_since > job.timeout_sec
+                        and started is not None
+                        and time.time() - started > job.timeout_sec
                         and cancel_reason(job.rnd) is None
                     ):
-                        await self.cancel(ref, job, reason="timed_out")
+                        with contextlib.suppress(LaunchError):
+                            await self.cancel(ref, job, reason="timed_out")
                     await anyio.sleep(self.poll_interval_sec)
             finally:
                 tg.cancel_scope.cancel()
@@ -243,19 +270,19 @@ class RayBackend:
         info: Any,
         running_since: float | None,
     ) -> ExitInfo:
-        reason = cancel_reason(job.rnd)
         code = read_exit_code(job.rnd)
         if code is None:
             code = getattr(info, "driver_exit_code", None)
         if code is None and detail == "succeeded":
             code = 0
+        reason = honoured_cancel(job.rnd, cancelled=state == JobState.CANCELLED, code=code)
         started = running_since or (
             info.start_time / 1000 if getattr(info, "start_time", None) else time.time()
         )
         error = None
         if code == BWRAP_MISSING_CODE:
             error = "guarded mode: bubblewrap is not installed on the Ray node (see the log)"
-        elif state == JobState.CANCELLED and reason is None:
+        elif state == JobState.CANCELLED and cancel_reason(job.rnd) is None:
             error = f"ray job {job_id} was stopped outside trainee"
         elif detail == "failed" and code is None:
             error = f"ray job {job_id} failed: {getattr(info, 'message', '')}"

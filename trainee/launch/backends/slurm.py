@@ -32,11 +32,14 @@ from trainee.launch.backends.base import (
     cancel_reason,
     clear_job_files,
     exit_info,
+    honoured_cancel,
     job_script,
     mark_cancel,
+    mark_running,
     read_exit_code,
     remember_job,
     remembered_job,
+    running_since,
 )
 from trainee.monitor.process import ExitInfo
 
@@ -185,8 +188,8 @@ class SlurmBackend:
         log = str(job.rnd.log)
         header = [
             _directive("--job-name", job.name),
-            _directive("--output", log),
-            _directive("--error", log),
+            _directive("--output", log.replace("%", "%%")),  # % starts a Slurm filename pattern
+            _directive("--error", log.replace("%", "%%")),
             "#SBATCH --open-mode=append",
             _directive("--chdir", job.cwd),
             # the job gets the round's environment through sbatch's own (never written
@@ -289,7 +292,7 @@ class SlurmBackend:
     ) -> ExitInfo:
         assert ref.job_id is not None
         submitted = time.time()
-        running_since: float | None = None
+        started = running_since(job.rnd)  # kept across daemon restarts
         last: JobState | None = None
         failures = 0
         poll = self.options.poll_interval_sec
@@ -300,10 +303,10 @@ class SlurmBackend:
             except LaunchError as exc:
                 failures += 1
                 if failures >= MAX_POLL_FAILURES:
-                    await self._cancel_quietly(ref, job, "stopped")
+                    await self._cancel_quietly(ref, job, "lost")
                     return exit_info(
                         returncode=None,
-                        started_at=running_since or submitted,
+                        started_at=started or submitted,
                         error=f"Slurm stopped answering about job {ref.job_id}: {exc.message}",
                     )
                 await anyio.sleep(min(30.0, poll * 2**failures))
@@ -312,32 +315,32 @@ class SlurmBackend:
                 last = state
                 if on_state is not None:
                     await on_state(state, f"slurm job {ref.job_id} {detail}")
-            if state == JobState.RUNNING and running_since is None:
-                running_since = time.time()
+            if state == JobState.RUNNING and started is None:
+                started = mark_running(job.rnd)
             if state in (JobState.EXITED, JobState.CANCELLED):
-                return self._exit(ref, job, detail, info, running_since or submitted)
+                return self._exit(ref, job, detail, info, started or submitted)
             if state == JobState.UNKNOWN:
                 code = read_exit_code(job.rnd)
                 if code is not None:
-                    return self._exit(ref, job, "completed", {}, running_since or submitted)
+                    return self._exit(ref, job, "completed", {}, started or submitted)
                 return exit_info(
                     returncode=None,
-                    started_at=running_since or submitted,
+                    started_at=started or submitted,
                     lost=True,
                     error=f"Slurm no longer knows job {ref.job_id} and it left no exit status",
                 )
             if (
                 job.timeout_sec is not None
-                and running_since is not None
-                and time.time() - running_since > job.timeout_sec
+                and started is not None
+                and time.time() - started > job.timeout_sec
+                and cancel_reason(job.rnd) is None
             ):
-                await self.cancel(ref, job, reason="timed_out")
+                await self._cancel_quietly(ref, job, "timed_out")
             await anyio.sleep(poll)
 
     def _exit(
         self, ref: JobRef, job: RoundJob, detail: str, info: Mapping[str, str], started: float
     ) -> ExitInfo:
-        reason = cancel_reason(job.rnd)
         code = read_exit_code(job.rnd)
         sig: str | None = None
         if code is None:
@@ -348,6 +351,8 @@ class SlurmBackend:
                 # Slurm's status only when the job ran to its end; a job cancelled or
                 # lost before the script recorded its own has no status (0:0 in the queue).
                 code = int(rc)
+        cancelled = detail in ("cancelled", "timeout")
+        reason = honoured_cancel(job.rnd, cancelled=cancelled, code=code)
         error = None
         if code == BWRAP_MISSING_CODE:
             error = "guarded mode: bubblewrap is not installed on the compute node (see the log)"
@@ -359,7 +364,7 @@ class SlurmBackend:
             returncode=code,
             signal=sig,
             started_at=started,
-            timed_out=reason == "timed_out" or detail == "timeout",
+            timed_out=reason == "timed_out" or (detail == "timeout" and reason is None),
             stopped=reason == "stopped",
             error=error,
         )
