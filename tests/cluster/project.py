@@ -19,6 +19,9 @@ HOLD_LR = 0.3
 """A round with this lr prints steps while the project's ``hold`` file exists."""
 FAIL_LR = 0.7
 """A round with this lr fails: a message on stderr and exit status 3."""
+BUSY_LR = (0.5, 0.7)
+"""A round with an lr in this range works for BUSY_SEC seconds."""
+BUSY_SEC = 4
 
 TRAIN_PY = f"""\
 import argparse, os, signal, sys, time
@@ -46,6 +49,8 @@ while args.lr == {HOLD_LR} and os.path.exists(os.path.join(root, "hold")):
     print(f"step {{step}} loss={{1.0 / (step + 1):.4f}}", flush=True)
     step += 1
     time.sleep(0.1)
+if {BUSY_LR[0]} <= args.lr < {BUSY_LR[1]}:
+    time.sleep({BUSY_SEC})
 for i in range(3):
     print(f"step {{step + i}} loss={{(args.lr - 0.05) ** 2 + 0.1 + 0.01 * (2 - i):.6f}}", flush=True)
     time.sleep(0.05)

@@ -231,7 +231,7 @@ def test_a_round_over_its_timeout_is_cancelled_as_timed_out(
 def test_two_candidates_run_at_once(daemon: Daemon, engine: Engine, tmp_path: Path) -> None:
     project = make_project(tmp_path / "p", engine.backend, max_rounds=3, parallel=2)
     (project / "hold").unlink()
-    with FakeLLM([OK, {"content": _two_plans(0.2, 0.05)}]) as fake:
+    with FakeLLM([OK, {"content": _plans(0.2, 0.05)}]) as fake:
         env = env_for(daemon, engine, fake)
         start_session(project, env, "--policy", "llm")
         state = wait_finished(env, project, timeout=120)
@@ -280,7 +280,7 @@ def test_a_restarted_daemon_readopts_the_running_job(
     assert log.count("start lr=0.3") == 1 and "final val_loss" in log
 
 
-def _two_plans(*lrs: float) -> str:
+def _plans(*lrs: float) -> str:
     return json.dumps(
         {
             "plans": [
@@ -318,3 +318,26 @@ def test_doctor_asks_the_engine_and_names_a_wrong_setting(
     assert bad["status"] == "fail", bad
     assert ("nope" if engine.name == "slurm" else "127.0.0.1:9") in bad["detail"]
     assert bad["fix"]
+
+
+def test_queue_time_does_not_count_against_the_timeout(
+    daemon: Daemon, engine: Engine, tmp_path: Path
+) -> None:
+    """Three candidates of 4 s on 2 CPUs with a 6 s timeout: the third waits in the
+    engine's queue until a CPU frees (about 4 s), then runs 4 s. Counted from its
+    submission it would time out; counted from when it runs, it completes."""
+    project = make_project(
+        tmp_path / "p", engine.backend, max_rounds=4, parallel=3, timeout_minutes=0.1
+    )
+    (project / "hold").unlink()
+    with FakeLLM([OK, {"content": _plans(0.5, 0.55, 0.6)}]) as fake:
+        env = env_for(daemon, engine, fake)
+        start_session(project, env, "--policy", "llm")
+        state = wait_finished(env, project, timeout=120)
+    rounds = state["rounds"]
+    assert [r["status"] for r in rounds] == ["completed"] * 4, rounds
+    assert [r["batch"] for r in rounds] == [0, 1, 1, 1]
+    last = max(rounds[1:], key=lambda r: r["ended_at"])
+    first_end = min(r["ended_at"] for r in rounds[1:])
+    assert last["ended_at"] - last["started_at"] > 6  # submitted with the others, ran later
+    assert last["ended_at"] > first_end + 2  # it waited for a CPU: the step took two turns

@@ -69,7 +69,12 @@ class FakeSlurm:
 
     def calls(self, name: str) -> list[str]:
         path = self.state / f"{name}.calls"
-        return path.read_text().splitlines() if path.exists() else []
+        lines = path.read_text().splitlines() if path.exists() else []
+        if name == "scancel":
+            # every cancel names the round's job as well as its id (see SlurmBackend.cancel)
+            assert all(line.split()[0].startswith("--name=trainee-") for line in lines), lines
+            return [line.split()[-1] for line in lines]
+        return lines
 
     def client_env(self, **extra: str) -> dict[str, str]:
         return {"PATH": str(self.bin), "SLURM_CONF": "/etc/fake-slurm/slurm.conf", **extra}
@@ -571,7 +576,7 @@ def test_cancel_records_the_first_reason_and_runs_scancel(fake: FakeSlurm) -> No
 
 def test_a_failing_scancel_is_a_launch_error(fake: FakeSlurm) -> None:
     fake.program("scancel", f'echo "scancel: error: {NO_CONTROLLER}" >&2\nexit 1')
-    with pytest.raises(LaunchError, match="scancel 91 failed"):
+    with pytest.raises(LaunchError, match="scancel --name=trainee-proj-s0001-r0002 91 failed"):
         run(lambda: fake.backend().cancel(JobRef(backend="slurm", job_id="91"), fake.job))
 
 

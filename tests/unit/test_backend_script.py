@@ -338,6 +338,7 @@ def test_the_header_always_names_the_job_its_log_and_folder(rnd: RoundLayout) ->
         "#SBATCH --output",
         "#SBATCH --error",
         "#SBATCH --open-mode",
+        "#SBATCH --no-requeue",
         "#SBATCH --chdir",
         "#SBATCH --export",
     ]
@@ -346,6 +347,7 @@ def test_the_header_always_names_the_job_its_log_and_folder(rnd: RoundLayout) ->
         [f"--output={log}"],
         [f"--error={log}"],
         ["--open-mode=append"],
+        ["--no-requeue"],
         [f"--chdir={job.cwd}"],
         # the round's environment reaches the job through sbatch's own, not the script
         ["--export=ALL"],
@@ -365,7 +367,7 @@ def test_the_header_carries_every_option(rnd: RoundLayout) -> None:
         qos="normal",
         sbatch_args=("--constraint=a100", "--exclusive"),
     )._header(job)
-    assert header[6:] == [
+    assert header[7:] == [
         "#SBATCH --partition=gpu",
         "#SBATCH --time=02:00:00",
         "#SBATCH --cpus-per-task=8",

@@ -375,3 +375,77 @@ def test_with_pending_numbers_the_pending_rounds_after_the_last(spec: ProjectSpe
     # research conclusions are those of the finished rounds only
     assert shown.best == state.best and shown.baseline == state.baseline
     assert len(state.rounds) == 2
+
+
+def test_one_by_one_hands_earlier_proposals_over_with_a_failure() -> None:
+    """A provider failure on the 2nd decision of a step: the 1st (and its cost) travels
+    with the error, so the runner records what was spent."""
+    import anyio
+
+    from trainee.errors import ProviderError
+    from trainee.research.decision import DecisionPlan
+    from trainee.research.state import new_state
+    from trainee.session.policy import Proposal, propose_one_by_one
+
+    class FailsSecond:
+        name = "flaky"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def propose(self, state, tunables, baseline):  # type: ignore[no-untyped-def]
+            self.calls += 1
+            if self.calls == 2:
+                raise ProviderError("the provider went away")
+            plan = DecisionPlan(hypothesis="h", change_summary="c", params={}, expected="e")
+            return Proposal(plan=plan, policy=self.name, prompt_tokens=7, cost_usd=0.5)
+
+        def observe(self, params, metric, status):  # type: ignore[no-untyped-def]
+            return None
+
+    async def main() -> None:
+        with pytest.raises(ProviderError) as info:
+            await propose_one_by_one(FailsSecond(), new_state("m", "min"), [], {}, 3)
+        earlier = info.value.data["earlier"]
+        assert [p.prompt_tokens for p in earlier] == [7]
+        assert earlier[0].cost_usd == 0.5
+
+    anyio.run(main)
+
+
+def test_a_stop_after_some_plans_keeps_them_and_counts_its_cost() -> None:
+    import anyio
+
+    from trainee.research.decision import DecisionPlan
+    from trainee.research.state import new_state
+    from trainee.session.policy import Proposal, propose_one_by_one
+
+    class StopsSecond:
+        name = "stopper"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def propose(self, state, tunables, baseline):  # type: ignore[no-untyped-def]
+            self.calls += 1
+            stop = self.calls == 2
+            plan = DecisionPlan(
+                hypothesis="h",
+                change_summary="c",
+                params={},
+                expected="e",
+                stop=stop,
+                stop_reason="enough" if stop else "",
+            )
+            return Proposal(plan=plan, policy=self.name, prompt_tokens=10, cost_usd=0.25)
+
+        def observe(self, params, metric, status):  # type: ignore[no-untyped-def]
+            return None
+
+    async def main() -> None:
+        out = await propose_one_by_one(StopsSecond(), new_state("m", "min"), [], {}, 3)
+        assert len(out) == 1 and not out[0].plan.stop
+        assert out[0].prompt_tokens == 20 and out[0].cost_usd == 0.5
+        assert any("asked to stop: enough" in n for n in out[0].notes)
+
+    anyio.run(main)

@@ -131,6 +131,8 @@ class LiveView:
         self.say(f"round {d.get('round')}: {d.get('state')} ({d.get('detail')})", "dim")
 
     def on_round_readopted(self, d: dict[str, Any]) -> None:
+        if isinstance(d.get("round"), int):
+            self.active.add(d["round"])
         what = (
             f"{d.get('backend')} job {d.get('job_id')}"
             if d.get("job_id")

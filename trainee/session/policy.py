@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from trainee.errors import TraineeError
 from trainee.research.decision import DecisionPlan, effective_params, params_diff, validate_plan
 from trainee.research.state import ResearchState, RoundSummary
 from trainee.spec import ParamType, TunableSpec
@@ -204,12 +205,34 @@ async def propose_one_by_one(
     baseline: Mapping[str, Any],
     k: int,
 ) -> list[Proposal]:
-    """``k`` separate decisions, each seeing the plans chosen before it as running rounds."""
+    """``k`` separate decisions, each seeing the plans chosen before it as running rounds.
+
+    When one fails (the session then stops), the ones made before it are handed over
+    with the error (``data["earlier"]``), so what they cost is still recorded."""
     out: list[Proposal] = []
     for _ in range(k):
-        proposal = await policy.propose(with_pending(state, baseline, out), tunables, baseline)
+        try:
+            proposal = await policy.propose(with_pending(state, baseline, out), tunables, baseline)
+        except TraineeError as exc:
+            if out:
+                data = exc.data if isinstance(exc.data, dict) else {}
+                exc.data = {**data, "earlier": out}
+            raise
         if proposal.plan.stop:
-            return out or [proposal]
+            if not out:
+                return [proposal]
+            # the plans already decided still run; the stop is asked again next step, and
+            # what this decision cost is counted with the last plan
+            last = out[-1]
+            last.prompt_tokens += proposal.prompt_tokens
+            last.completion_tokens += proposal.completion_tokens
+            if proposal.cost_usd is not None:
+                last.cost_usd = (last.cost_usd or 0.0) + proposal.cost_usd
+            last.latency_sec += proposal.latency_sec
+            last.notes.append(
+                f"a further decision of this step asked to stop: {proposal.plan.stop_reason}"
+            )
+            return out
         out.append(proposal)
     return out
 

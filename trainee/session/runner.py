@@ -288,12 +288,18 @@ class SessionRunner:
                 proposals = await propose_batch(
                     policy, self.state, spec.tunables, baseline_params, slots
                 )
-            except InvalidDecision as exc:
-                # Nothing is launched, but the attempt and what it cost are kept.
-                failed = exc.data.get("proposal") if isinstance(exc.data, dict) else None
+            except TraineeError as exc:
+                # Nothing is launched, but the attempts and what they cost are kept: the
+                # plans decided before a failing one in this step, then the failed one.
+                data = exc.data if isinstance(exc.data, dict) else {}
+                earlier = [p for p in data.get("earlier", []) if isinstance(p, Proposal)]
+                for i, p in enumerate(earlier):
+                    await self._record_decision(index + i, p, accepted=False)
+                failed = data.get("proposal")
                 if isinstance(failed, Proposal):
-                    await self._record_decision(index, failed, accepted=False)
-                    exc.data = {k: v for k, v in exc.data.items() if k != "proposal"}
+                    await self._record_decision(index + len(earlier), failed, accepted=False)
+                if isinstance(exc.data, dict):
+                    exc.data = {k: v for k, v in data.items() if k not in ("proposal", "earlier")}
                 raise
         self.control.decision_scope = None
         if not proposals:

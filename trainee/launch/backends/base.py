@@ -24,13 +24,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+import anyio
 import msgspec
 
+from trainee.errors import LaunchError
 from trainee.launch.layout import RoundLayout
 from trainee.monitor.process import ExitInfo
 
 __all__ = [
     "BWRAP_MISSING_CODE",
+    "MAX_POLL_FAILURES",
     "Backend",
     "JobRef",
     "JobState",
@@ -43,6 +46,7 @@ __all__ = [
     "mark_cancel",
     "mark_running",
     "running_since",
+    "watch_job",
 ]
 
 log = logging.getLogger("trainee.launch")
@@ -291,3 +295,79 @@ def exit_info(
         lost=lost,
         error=error,
     )
+
+
+MAX_POLL_FAILURES = 5
+"""Consecutive failed state queries (with growing pauses) before a round is given up."""
+
+Status = Callable[[], Awaitable[tuple[JobState, str, object]]]
+Finish = Callable[[JobState, str, object, float], Awaitable[ExitInfo]]
+
+
+async def watch_job(
+    ref: JobRef,
+    job: RoundJob,
+    *,
+    engine: str,
+    status: Status,
+    cancel: Callable[[str], Awaitable[None]],
+    finish: Finish,
+    poll_sec: float,
+    on_state: StateCallback | None = None,
+) -> ExitInfo:
+    """Poll a cluster job until it ends; what both cluster backends share.
+
+    ``status`` asks the engine (LaunchError when it does not answer: tolerated
+    :data:`MAX_POLL_FAILURES` times in a row, with growing pauses, then the round
+    ends with an error and the job is cancelled); ``finish`` turns an ended job into
+    its :class:`ExitInfo`. The timeout counts running time from the moment the job
+    was first seen running (kept beside the job, so a restarted daemon goes on
+    counting); over it the job is cancelled as ``timed_out``. A job the engine
+    forgot is finished from the status its script recorded, else lost.
+    """
+    submitted = time.time()
+    started = running_since(job.rnd)
+    last: JobState | None = None
+    failures = 0
+    while True:
+        try:
+            state, detail, info = await status()
+            failures = 0
+        except LaunchError as exc:
+            failures += 1
+            if failures >= MAX_POLL_FAILURES:
+                with contextlib.suppress(LaunchError):
+                    await cancel("lost")
+                return exit_info(
+                    returncode=None,
+                    started_at=started or submitted,
+                    error=f"{engine} stopped answering about job {ref.job_id}: {exc.message}",
+                )
+            await anyio.sleep(min(30.0, poll_sec * 2**failures))
+            continue
+        if state != last:
+            last = state
+            if on_state is not None:
+                await on_state(state, f"{engine.lower()} job {ref.job_id} {detail}")
+        if state == JobState.RUNNING and started is None:
+            started = mark_running(job.rnd)
+        if state in (JobState.EXITED, JobState.CANCELLED):
+            return await finish(state, detail, info, started or submitted)
+        if state == JobState.UNKNOWN:
+            if read_exit_code(job.rnd) is not None:
+                return await finish(JobState.EXITED, "ended", None, started or submitted)
+            return exit_info(
+                returncode=None,
+                started_at=started or submitted,
+                lost=True,
+                error=f"{engine} no longer knows job {ref.job_id} and it left no exit status",
+            )
+        if (
+            job.timeout_sec is not None
+            and started is not None
+            and time.time() - started > job.timeout_sec
+            and cancel_reason(job.rnd) is None
+        ):
+            with contextlib.suppress(LaunchError):
+                await cancel("timed_out")
+        await anyio.sleep(poll_sec)

@@ -38,11 +38,10 @@ from trainee.launch.backends.base import (
     honoured_cancel,
     job_script,
     mark_cancel,
-    mark_running,
     read_exit_code,
     remember_job,
     remembered_job,
-    running_since,
+    watch_job,
 )
 from trainee.launch.render import is_secret_name
 from trainee.monitor.process import ExitInfo
@@ -51,7 +50,6 @@ __all__ = ["RayBackend"]
 
 T = TypeVar("T")
 log = logging.getLogger("trainee.launch.ray")
-MAX_POLL_FAILURES = 5
 
 
 class RayBackend:
@@ -74,6 +72,9 @@ class RayBackend:
         self.poll_interval_sec = poll_interval_sec
         self.command_timeout_sec = command_timeout_sec
         self._client: Any = None
+        # Ray's HTTP calls have no timeout of their own: a head that hangs must not take
+        # every worker thread of the daemon (to_thread's shared limiter) with it.
+        self._limiter = anyio.CapacityLimiter(4)
 
     # -- the client (blocking HTTP) in a thread, with a timeout ----------------------------
 
@@ -116,7 +117,9 @@ class RayBackend:
 
         try:
             with anyio.fail_after(self.command_timeout_sec + 30):  # the import may be slow
-                return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+                return await anyio.to_thread.run_sync(
+                    run, abandon_on_cancel=True, limiter=self._limiter
+                )
         except TimeoutError as exc:
             raise LaunchError(
                 f"Ray {what} did not answer within {self.command_timeout_sec:g} s ({self.address})",
@@ -187,71 +190,39 @@ class RayBackend:
     ) -> ExitInfo:
         assert ref.job_id is not None
         job_id = ref.job_id
-        submitted = time.time()
-        started = running_since(job.rnd)  # kept across daemon restarts
-        last: JobState | None = None
-        failures = 0
         copier = _LogCopier(job.rnd.log)
+
+        async def finish(state: JobState, detail: str, info: object, started: float) -> ExitInfo:
+            if info is not None:
+                try:  # the whole log, whatever the stream delivered
+                    logs = await self._call("get_job_logs", lambda c: c.get_job_logs(job_id))
+                    copier.complete(logs)
+                except LaunchError as exc:
+                    # e.g. Ray cannot decode a log with non-UTF-8 bytes: the round keeps
+                    # what the stream delivered, and its result
+                    log.warning("%s: the job's full log: %s", job.name, exc.message)
+            return self._exit(job_id, job, state, detail, info, started)
+
+        async def cancel(reason: str) -> None:
+            await self.cancel(ref, job, reason=reason)
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._follow_logs, job_id, copier)
             try:
-                while True:
-                    try:
-                        state, detail, info = await self._status(job_id)
-                        failures = 0
-                    except LaunchError as exc:
-                        failures += 1
-                        if failures >= MAX_POLL_FAILURES:
-                            with contextlib.suppress(LaunchError):
-                                await self.cancel(ref, job, reason="lost")
-                            return exit_info(
-                                returncode=None,
-                                started_at=started or submitted,
-                                error=f"Ray stopped answering about job {job_id}: {exc.message}",
-                            )
-                        await anyio.sleep(min(30.0, self.poll_interval_sec * 2**failures))
-                        continue
-                    if state != last:
-                        last = state
-                        if on_state is not None:
-                            await on_state(state, f"ray job {job_id} {detail}")
-                    if state == JobState.RUNNING and started is None:
-                        # Ray's start_time is the submission (the job may have queued)
-                        started = mark_running(job.rnd)
-                    if state == JobState.UNKNOWN:
-                        if read_exit_code(job.rnd) is not None:
-                            return self._exit(job_id, job, state, "ended", None, started)
-                        return exit_info(
-                            returncode=None,
-                            started_at=submitted,
-                            lost=True,
-                            error=f"Ray does not know job {job_id}",
-                        )
-                    if state in (JobState.EXITED, JobState.CANCELLED):
-                        # the whole log, whatever the stream delivered
-                        try:
-                            logs = await self._call(
-                                "get_job_logs", lambda c: c.get_job_logs(job_id)
-                            )
-                            copier.complete(logs)
-                        except LaunchError as exc:
-                            # e.g. Ray cannot decode a log with non-UTF-8 bytes: the round
-                            # keeps what the stream delivered and its result
-                            log.warning("%s: the job's full log: %s", job.name, exc.message)
-                        return self._exit(job_id, job, state, detail, info, started)
-                    if (
-                        job.timeout_sec is not None
-                        and started is not None
-                        and time.time() - started > job.timeout_sec
-                        and cancel_reason(job.rnd) is None
-                    ):
-                        with contextlib.suppress(LaunchError):
-                            await self.cancel(ref, job, reason="timed_out")
-                    await anyio.sleep(self.poll_interval_sec)
+                return await watch_job(
+                    ref,
+                    job,
+                    engine="Ray",
+                    status=lambda: self._status(job_id),
+                    cancel=cancel,
+                    finish=finish,
+                    poll_sec=self.poll_interval_sec,
+                    on_state=on_state,
+                )
             finally:
                 tg.cancel_scope.cancel()
                 copier.close()
-        raise AssertionError("unreachable: the loop above returns")
+        raise AssertionError("unreachable: the task group returns from its body")
 
     async def _follow_logs(self, job_id: str, copier: _LogCopier) -> None:
         """Live output: Ray's log stream copied into the round log (best effort; the
@@ -297,7 +268,7 @@ class RayBackend:
     async def cancel(self, ref: JobRef, job: RoundJob, *, reason: str = "stopped") -> None:
         if cancel_reason(job.rnd) is None:
             mark_cancel(job.rnd, reason)
-        if ref.job_id is not None:
+        if ref.job_id is not None and _ours(ref.job_id, job):
             job_id = ref.job_id
             await self._call("stop_job", lambda c: _stop_or_false(c, job_id))
 
@@ -318,11 +289,20 @@ class RayBackend:
         if ref.job_id is None:
             return []
         state, _, _ = await self._status(ref.job_id)
-        if state in (JobState.QUEUED, JobState.RUNNING):
+        if state in (JobState.QUEUED, JobState.RUNNING) and _ours(ref.job_id, job):
             job_id = ref.job_id
             await self._call("stop_job", lambda c: _stop_or_false(c, job_id))
             return [f"ray job {job_id}"]
         return []
+
+
+def _ours(job_id: str, job: RoundJob) -> bool:
+    """Submission ids are ``<round's job name>-<8 hex>``: an id read back from the round
+    folder (which a guarded job can write) never stops a job that is not this round's."""
+    ok = job_id.startswith(job.name + "-")
+    if not ok:
+        log.warning("%s: not stopping Ray job %s, which is not this round's", job.name, job_id)
+    return ok
 
 
 def _submit(

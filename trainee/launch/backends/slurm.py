@@ -12,12 +12,10 @@ SIGKILL.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 
 import anyio
@@ -25,6 +23,7 @@ import anyio
 from trainee.errors import LaunchError
 from trainee.launch.backends.base import (
     BWRAP_MISSING_CODE,
+    MAX_POLL_FAILURES,
     JobRef,
     JobState,
     RoundJob,
@@ -35,15 +34,14 @@ from trainee.launch.backends.base import (
     honoured_cancel,
     job_script,
     mark_cancel,
-    mark_running,
     read_exit_code,
     remember_job,
     remembered_job,
-    running_since,
+    watch_job,
 )
 from trainee.monitor.process import ExitInfo
 
-__all__ = ["SlurmBackend", "SlurmOptions", "parse_scontrol"]
+__all__ = ["MAX_POLL_FAILURES", "SlurmBackend", "SlurmOptions", "parse_scontrol"]
 
 PENDING = {
     "PENDING",
@@ -72,8 +70,6 @@ ENDED = {
     "DEADLINE",
     "REVOKED",
 }
-MAX_POLL_FAILURES = 5
-"""Consecutive failed state queries (with growing pauses) before the round is given up."""
 
 
 class SlurmOptions:
@@ -191,6 +187,8 @@ class SlurmBackend:
             _directive("--output", log.replace("%", "%%")),  # % starts a Slurm filename pattern
             _directive("--error", log.replace("%", "%%")),
             "#SBATCH --open-mode=append",
+            # a requeued job would run again into the same round log
+            "#SBATCH --no-requeue",
             _directive("--chdir", job.cwd),
             # the job gets the round's environment through sbatch's own (never written
             # into the script: it may hold the caller's secrets, kept only in memory)
@@ -291,52 +289,24 @@ class SlurmBackend:
         self, ref: JobRef, job: RoundJob, *, on_state: StateCallback | None = None
     ) -> ExitInfo:
         assert ref.job_id is not None
-        submitted = time.time()
-        started = running_since(job.rnd)  # kept across daemon restarts
-        last: JobState | None = None
-        failures = 0
-        poll = self.options.poll_interval_sec
-        while True:
-            try:
-                state, detail, info = await self._state(ref.job_id)
-                failures = 0
-            except LaunchError as exc:
-                failures += 1
-                if failures >= MAX_POLL_FAILURES:
-                    await self._cancel_quietly(ref, job, "lost")
-                    return exit_info(
-                        returncode=None,
-                        started_at=started or submitted,
-                        error=f"Slurm stopped answering about job {ref.job_id}: {exc.message}",
-                    )
-                await anyio.sleep(min(30.0, poll * 2**failures))
-                continue
-            if state != last:
-                last = state
-                if on_state is not None:
-                    await on_state(state, f"slurm job {ref.job_id} {detail}")
-            if state == JobState.RUNNING and started is None:
-                started = mark_running(job.rnd)
-            if state in (JobState.EXITED, JobState.CANCELLED):
-                return self._exit(ref, job, detail, info, started or submitted)
-            if state == JobState.UNKNOWN:
-                code = read_exit_code(job.rnd)
-                if code is not None:
-                    return self._exit(ref, job, "completed", {}, started or submitted)
-                return exit_info(
-                    returncode=None,
-                    started_at=started or submitted,
-                    lost=True,
-                    error=f"Slurm no longer knows job {ref.job_id} and it left no exit status",
-                )
-            if (
-                job.timeout_sec is not None
-                and started is not None
-                and time.time() - started > job.timeout_sec
-                and cancel_reason(job.rnd) is None
-            ):
-                await self._cancel_quietly(ref, job, "timed_out")
-            await anyio.sleep(poll)
+        job_id = ref.job_id
+
+        async def finish(state: JobState, detail: str, info: object, started: float) -> ExitInfo:
+            return self._exit(ref, job, detail, info if isinstance(info, dict) else {}, started)
+
+        async def cancel(reason: str) -> None:
+            await self.cancel(ref, job, reason=reason)
+
+        return await watch_job(
+            ref,
+            job,
+            engine="Slurm",
+            status=lambda: self._state(job_id),
+            cancel=cancel,
+            finish=finish,
+            poll_sec=self.options.poll_interval_sec,
+            on_state=on_state,
+        )
 
     def _exit(
         self, ref: JobRef, job: RoundJob, detail: str, info: Mapping[str, str], started: float
@@ -358,7 +328,8 @@ class SlurmBackend:
             error = "guarded mode: bubblewrap is not installed on the compute node (see the log)"
         elif detail == "cancelled" and reason is None:
             error = f"slurm job {ref.job_id} was cancelled outside trainee (scancel by someone)"
-        elif detail not in ("completed", "failed", "cancelled", "timeout"):
+        elif detail not in ("completed", "failed", "cancelled", "timeout", "ended"):
+            # "ended": Slurm forgot the job, whose script recorded its own status
             error = f"slurm job {ref.job_id} ended {detail.upper()}"
         return exit_info(
             returncode=code,
@@ -370,14 +341,12 @@ class SlurmBackend:
         )
 
     async def cancel(self, ref: JobRef, job: RoundJob, *, reason: str = "stopped") -> None:
+        """``scancel --name`` as well as the id: a job id read back from the round folder
+        (which a guarded job can write) never cancels a job that is not this round's."""
         if cancel_reason(job.rnd) is None:
             mark_cancel(job.rnd, reason)
         if ref.job_id is not None:
-            await self._call(["scancel", ref.job_id])
-
-    async def _cancel_quietly(self, ref: JobRef, job: RoundJob, reason: str) -> None:
-        with contextlib.suppress(LaunchError):
-            await self.cancel(ref, job, reason=reason)
+            await self._call(["scancel", f"--name={job.name}", ref.job_id])
 
     async def adoptable(self, ref: JobRef, job: RoundJob) -> bool:
         if ref.job_id is None:
@@ -409,6 +378,6 @@ class SlurmBackend:
             return []
         state, _, _ = await self._state(ref.job_id)
         if state in (JobState.QUEUED, JobState.RUNNING):
-            await self._call(["scancel", ref.job_id])
+            await self._call(["scancel", f"--name={job.name}", ref.job_id])
             return [f"slurm job {ref.job_id}"]
         return []
