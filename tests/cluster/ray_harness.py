@@ -33,7 +33,6 @@ import ipaddress
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +40,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
+
+from tests.cluster.ports import free_ports
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
@@ -85,20 +86,6 @@ def available() -> bool:
         )
     except (ImportError, ValueError):
         return False
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1 (held open together while picked)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class RayCluster:

@@ -24,13 +24,14 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO
+
+from tests.cluster.ports import free_ports
 
 REQUIRED_COMMANDS = ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "scontrol", "scancel")
 # Job states after which a job no longer runs (squeue -o %T spelling).
@@ -71,20 +72,6 @@ def unavailable_reason() -> str | None:
     if os.geteuid() != 0:
         return "the Slurm test cluster runs munged/slurmd as root: run the tests as root"
     return None
-
-
-def _free_loopback_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on 127.0.0.1 right now (racy, like any such pick)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _tail(path: Path, lines: int) -> str:
@@ -372,7 +359,7 @@ class SlurmCluster:
             fd = os.open(self.munge_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
             with os.fdopen(fd, "wb") as f:
                 f.write(secrets.token_bytes(128))
-        self.ctld_port, self.slurmd_port = _free_loopback_ports(2)
+        self.ctld_port, self.slurmd_port = free_ports(2)
         self.conf_path.write_text(self._slurm_conf())
 
     def _slurm_conf(self) -> str:

@@ -14,11 +14,9 @@ from trainee.spec.files import BackendSpec
 __all__ = ["Backend", "JobRef", "JobState", "RoundJob", "StateCallback", "make_backend"]
 
 
-def make_backend(spec: BackendSpec | str, client_env: Mapping[str, str]) -> Backend:
+def make_backend(spec: BackendSpec, client_env: Mapping[str, str]) -> Backend:
     """The backend ``advanced.backend`` names; ``client_env`` is the caller's environment
     (the Slurm commands need its PATH and SLURM_CONF)."""
-    if isinstance(spec, str):
-        spec = BackendSpec(type=spec)  # type: ignore[arg-type]
     if spec.type == "slurm":
         from trainee.launch.backends.slurm import SlurmBackend, SlurmOptions
 
