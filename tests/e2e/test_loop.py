@@ -727,3 +727,36 @@ def test_budget_time_runs_the_baseline_then_stops_before_any_decision(
     assert asked == 1
     check_outputs(project, state)
     assert_no_training_left(project)
+
+
+def test_ctrl_c_while_the_session_is_starting_stops_it_as_soon_as_it_exists(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    """The provider's live test takes its time; Ctrl-C then must not leave a session
+    running unseen: the CLI waits for the session to exist and stops it."""
+    import subprocess
+
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    with FakeLLM([{"delay": 3, **OK}, plan({"lr": 0.01})]) as fake:
+        env = llm_env(daemon.env, fake)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainee", "run", str(project), "--policy", "llm", "--unsafe"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while not fake.requests:  # the live test is being answered (slowly)
+            assert time.monotonic() < deadline, "the live test never came"
+            _pause(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out + err
+        assert "stopped as soon as it exists" in err and f"{SESSION} stopped" in err
+        state = wait_finished(env, project)
+    assert state["session"]["status"] == "stopped"
+    assert state["session"]["stop_reason"] == "user_stop"
+    assert all(r["status"] == "stopped" for r in state["rounds"]), state["rounds"]
+    assert_no_training_left(project)

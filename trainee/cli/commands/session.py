@@ -45,7 +45,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         value = getattr(args, key)
         if value is not None:
             params[key] = value
-    result = daemon_client.call("loop_start", params)
+    result = _start_session(params, root)
+    if result is None:
+        return EXIT_INTERRUPTED
     if args.detach:
         print_json(result) if args.json else sys.stdout.write(f"{result['session']}\n")
         return 0
@@ -54,6 +56,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     return watch_session(
         str(result["session"]), root, json_mode=args.json, since=int(result.get("cursor", 0))
     )
+
+
+EXIT_INTERRUPTED = 130
+
+
+def _start_session(params: dict[str, Any], root: str) -> dict[str, Any] | None:
+    """``loop_start``; a Ctrl-C while the daemon is still starting the session (the
+    provider's live test takes seconds) stops the session as soon as it exists, rather
+    than leaving it to run unseen. None when it was stopped so."""
+    client = daemon_client.ensure_daemon()
+    with client:
+        pending = client.start("loop_start", params)
+        try:
+            result: dict[str, Any] = client.result(pending)
+            return result
+        except KeyboardInterrupt:
+            sys.stderr.write(
+                "\ninterrupted: the daemon is still starting the session; it is stopped as "
+                "soon as it exists (Ctrl-C again to leave it running)\n"
+            )
+        result = client.result(pending, timeout=None)  # a second Ctrl-C leaves it running
+        session = str(result["session"])
+        client.call("loop_stop", {"project_root": root, "session": session})
+        sys.stderr.write(f"{session} stopped (trainee attach {session} to watch it end)\n")
+        return None
 
 
 def current_project(value: str | None) -> str | None:
