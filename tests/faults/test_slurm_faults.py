@@ -616,3 +616,40 @@ def test_end_lost_cancels_only_a_live_job(fake: FakeSlurm, squeue: str, killed: 
     ref = JobRef(backend="slurm", job_id="93")
     assert run(lambda: fake.backend().end_lost(ref, fake.job)) == killed
     assert fake.calls("scancel") == (["93"] if killed else [])
+
+
+def test_a_timeout_cancel_that_failed_is_sent_again(fake: FakeSlurm) -> None:
+    """scancel fails the first time (the controller was busy): the job must not run on
+    without limit; the cancel is sent again after the grace, and then it takes."""
+    fake.program(
+        "squeue",
+        f"""
+if [ -e {fake.state}/cancelled ]; then echo "CANCELLED|None"; else echo "RUNNING|None"; fi
+""",
+    )
+    fake.program(
+        "scancel",
+        f"""
+if [ -e {fake.state}/tried ]; then : > {fake.state}/cancelled; exit 0; fi
+: > {fake.state}/tried
+echo "scancel: error: Socket timed out on send/recv operation" >&2
+exit 1
+""",
+    )
+    fake.program("scontrol", f"printf '%s' '{scontrol_text('86', 'CANCELLED', '0:15')}'")
+    job = RoundJob(
+        argv=fake.job.argv,
+        env=fake.job.env,
+        cwd=fake.job.cwd,
+        rnd=fake.job.rnd,
+        name=fake.job.name,
+        timeout_sec=0.2,
+        grace_sec=0.0,
+    )
+    started = time.monotonic()
+
+    info = run(lambda: fake.backend().wait(JobRef(backend="slurm", job_id="86"), job))
+
+    assert info.timed_out is True
+    assert fake.calls("scancel") == ["86", "86"]
+    assert time.monotonic() - started < HANG_BOUND_SEC  # resent after the grace, not never

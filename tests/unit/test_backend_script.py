@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 import os
 import shlex
+import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -22,7 +24,13 @@ import pytest
 
 from trainee.errors import LaunchError
 from trainee.launch.backends import make_backend
-from trainee.launch.backends.base import BWRAP_MISSING_CODE, RoundJob, exit_code_file, job_script
+from trainee.launch.backends.base import (
+    BWRAP_MISSING_CODE,
+    RoundJob,
+    exit_code_file,
+    job_script,
+    read_exit_code,
+)
 from trainee.launch.backends.slurm import SlurmBackend, SlurmOptions, parse_scontrol
 from trainee.launch.layout import ProjectLayout, RoundLayout
 from trainee.spec.files import BackendSpec
@@ -593,3 +601,67 @@ def test_the_script_quotes_with_shlex(rnd: RoundLayout) -> None:
     text = job_script(job)
     assert shlex.join(job.argv) in text
     assert f"cd {shlex.quote(job.cwd)} || exit 1" in text
+
+
+POLITE_JOB = """\
+import os, signal, sys, time
+def on_term(signum, frame):
+    time.sleep(0.3)  # saving a checkpoint
+    print("saved", flush=True)
+    sys.exit(5)
+signal.signal(signal.SIGTERM, on_term)
+ignored = int(next(l for l in open("/proc/self/status") if l.startswith("SigIgn")).split()[1], 16)
+print("sigint ignored:", bool(ignored & (1 << (signal.SIGINT - 1))), flush=True)
+print("ready", flush=True)
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash"])
+def test_an_engine_stop_lets_the_command_save_and_records_its_own_status(
+    rnd: RoundLayout, shell: str
+) -> None:
+    """Slurm's scancel and Ray's stop_job SIGTERM every process of the job: the script
+    survives, the command gets its time to save, and the status recorded is the
+    command's own (5), not the shell's 143. The command does not start with SIGINT
+    ignored (as a background command of a non-interactive shell would)."""
+    job = make_job(rnd, [sys.executable, "-c", POLITE_JOB], env=caller_env())
+    script = job.rnd.dir / "job.sh"
+    script.write_text(job_script(job, clean_env=False))
+    proc = subprocess.Popen(
+        [shell, str(script)],
+        env=caller_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline(), proc.stdout.readline()]
+    assert lines == ["sigint ignored: False\n", "ready\n"]
+    os.killpg(proc.pid, signal.SIGTERM)  # every process of the job, as the engines do
+    rest, _ = proc.communicate(timeout=30)
+    assert "saved" in rest
+    assert proc.returncode == 5
+    assert read_exit_code(job.rnd) == 5
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("HF_TOKEN", True),
+        ("OPENAI_API_KEY", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("GITHUB_ACCESSTOKEN", True),
+        ("DB_PASSWORD", True),
+        ("GOOGLE_APPLICATION_CREDENTIALS", True),
+        ("TOKENIZERS_PARALLELISM", False),
+        ("KEYBOARD_LAYOUT", False),
+        ("AUTHOR_NAME", False),
+        ("CUDA_VISIBLE_DEVICES", False),
+    ],
+)
+def test_secret_names_are_words_not_substrings(name: str, secret: bool) -> None:
+    """What is withheld from Ray (and never stored): a secret-like word of the name."""
+    from trainee.launch.render import is_secret_name
+
+    assert is_secret_name(name) is secret

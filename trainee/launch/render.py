@@ -71,9 +71,14 @@ _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "
 
 def is_secret_name(name: str) -> bool:
     """Environment variables never written to the store (API keys, tokens, passwords),
-    nor handed to a cluster engine that shows them to others (Ray's runtime_env)."""
-    upper = name.upper()
-    return any(word in upper for word in _SECRET_WORDS)
+    nor handed to a cluster engine that shows them to others (Ray's runtime_env).
+
+    A word of the name (split at ``_``) that ends in KEY, TOKEN, SECRET, ... marks it
+    (``HF_TOKEN``, ``OPENAI_API_KEY``, ``GITHUB_ACCESSTOKEN``); ``TOKENIZERS_PARALLELISM``
+    or ``KEYBOARD_LAYOUT`` are not secrets."""
+    return any(
+        part.endswith(word) for part in name.upper().split("_") for word in _SECRET_WORDS
+    ) or name.upper().endswith("CREDENTIALS")
 
 
 class RenderedRound(msgspec.Struct, frozen=True, kw_only=True):

@@ -154,28 +154,10 @@ class RpcClient:
         ``timeout`` defaults to the client's; on expiry ProtocolError (reason
         ``timeout``) is raised and a late response is discarded when it comes.
         """
-        return self.result(self.start(method, params, timeout=timeout))
-
-    def start(
-        self,
-        method: str,
-        params: dict[str, Any] | list[Any] | None = None,
-        *,
-        timeout: float | EllipsisType | None = ...,
-    ) -> PendingCall:
-        """Send a call; :meth:`result` waits for its answer. Between the two, an interrupted
-        wait (Ctrl-C) can be resumed: the daemon answers the call either way."""
         seconds = self.timeout if timeout is ... else timeout
         deadline = _deadline(seconds)
         rid = next(self._ids)
         self._send(_encode_request(method, params, rid), deadline, method)
-        return PendingCall(rid, method, seconds, deadline)
-
-    def result(self, pending: PendingCall, *, timeout: float | EllipsisType | None = ...) -> Any:
-        """The answer to a call :meth:`start` sent (``timeout``: a new limit from now)."""
-        rid, method = pending.rid, pending.method
-        seconds = pending.seconds if isinstance(timeout, EllipsisType) else timeout
-        deadline = pending.deadline if isinstance(timeout, EllipsisType) else _deadline(timeout)
         while True:
             message = self._read_message(deadline)
             if message is _TIMED_OUT:
@@ -325,20 +307,6 @@ class RpcClient:
                 )
             return True  # requests from the daemon are not part of the protocol: dropped
         return False
-
-
-class PendingCall:
-    """A call sent and not yet answered."""
-
-    __slots__ = ("deadline", "method", "rid", "seconds")
-
-    def __init__(
-        self, rid: int, method: str, seconds: float | None, deadline: float | None
-    ) -> None:
-        self.rid = rid
-        self.method = method
-        self.seconds = seconds
-        self.deadline = deadline
 
 
 def _deadline(timeout: float | None) -> float | None:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import glob
+import hashlib
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -520,7 +522,7 @@ class SessionRunner:
             env=dict(env or {}),
             cwd=cwd,
             rnd=rnd,
-            name=_job_name(self.layout.project_root.name, self.record.index, rec),
+            name=_job_name(self.layout.project_root, self.record.index, rec),
             timeout_sec=spec.run.timeout_minutes * 60,
             grace_sec=float(getattr(spec.advanced, "stop_grace_sec", 30.0)),
             guarded=self._security_mode() == SecurityMode.GUARDED,
@@ -1011,11 +1013,13 @@ async def _adoptable(backend: Backend, ref: JobRef, job: RoundJob) -> bool:
         return True
 
 
-def _job_name(project: str, session: int, rec: RoundRecord) -> str:
-    """What the cluster shows: ``trainee-<project>-s0001-r0003`` (``-a1`` on a re-run)."""
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in project)[:40] or "project"
+def _job_name(root: Path, session: int, rec: RoundRecord) -> str:
+    """What the cluster shows: ``trainee-<project>-<6 hex of its path>-s0001-r0003``
+    (``-a1`` on a re-run): two clones named alike never share a job name."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in root.name)[:40] or "project"
+    tag = hashlib.sha256(str(root).encode()).hexdigest()[:6]
     attempt = f"-a{rec.attempt}" if rec.attempt else ""
-    return f"trainee-{safe}-s{session:04d}-r{rec.index:04d}{attempt}"
+    return f"trainee-{safe}-{tag}-s{session:04d}-r{rec.index:04d}{attempt}"
 
 
 def _clear_round_files(rnd: RoundLayout) -> None:

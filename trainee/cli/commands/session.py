@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
 
+from trainee import errors
 from trainee.cli import daemon_client
 from trainee.cli.commands.project import project_root
 from trainee.cli.output import print_json
@@ -65,21 +67,37 @@ def _start_session(params: dict[str, Any], root: str) -> dict[str, Any] | None:
     """``loop_start``; a Ctrl-C while the daemon is still starting the session (the
     provider's live test takes seconds) stops the session as soon as it exists, rather
     than leaving it to run unseen. None when it was stopped so."""
+    import signal
+
+    interrupted = False
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        # The first Ctrl-C only takes note: an exception raised inside the wait for the
+        # answer could lose the answer, and with it the id of the session to stop.
+        nonlocal interrupted
+        if interrupted:
+            raise KeyboardInterrupt  # the second leaves the session running
+        interrupted = True
+        sys.stderr.write(
+            "\ninterrupted: the daemon is still starting the session; it is stopped as "
+            "soon as it exists (Ctrl-C again to leave it running)\n"
+        )
+
     client = daemon_client.ensure_daemon()
     with client:
-        pending = client.start("loop_start", params)
+        previous = signal.signal(signal.SIGINT, on_interrupt)
         try:
-            result: dict[str, Any] = client.result(pending)
+            result: dict[str, Any] = client.call("loop_start", params)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if not interrupted:
             return result
-        except KeyboardInterrupt:
-            sys.stderr.write(
-                "\ninterrupted: the daemon is still starting the session; it is stopped as "
-                "soon as it exists (Ctrl-C again to leave it running)\n"
-            )
-        result = client.result(pending, timeout=None)  # a second Ctrl-C leaves it running
         session = str(result["session"])
-        client.call("loop_stop", {"project_root": root, "session": session})
-        sys.stderr.write(f"{session} stopped (trainee attach {session} to watch it end)\n")
+        # the stop waits for the round's grace (and a cluster's): no time limit here; a
+        # session that has already ended is as good as stopped
+        with contextlib.suppress(errors.NotFound, errors.InvalidState):
+            client.call("loop_stop", {"project_root": root, "session": session}, timeout=None)
+        sys.stderr.write(f"{session} stopped\n")
         return None
 
 

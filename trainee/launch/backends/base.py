@@ -17,6 +17,7 @@ import contextlib
 import enum
 import json
 import logging
+import math
 import os
 import shlex
 import time
@@ -179,9 +180,11 @@ def running_since(rnd: RoundLayout) -> float | None:
     """When the job was first seen running (not queued): its timeout counts from there,
     across daemon restarts."""
     try:
-        return float(_started_file(rnd).read_text())
+        value = float(_started_file(rnd).read_text())
     except (OSError, ValueError):
         return None
+    # the round folder is the job's to write: a value it forged must not lift its timeout
+    return value if math.isfinite(value) and value <= time.time() else None
 
 
 def mark_running(rnd: RoundLayout) -> float:
@@ -237,7 +240,7 @@ def job_script(
 
     Stopping: Slurm's scancel and Ray's stop_job send SIGTERM to every process of
     the job, the command's included. The script itself survives it (a handler that
-    does nothing) and waits for the command to finish saving, so the status is
+    does nothing, run only once the foreground command has ended), so the status is
     recorded and the output complete; the engine's SIGKILL ends everything after its
     grace (Slurm's KillWait, Ray's RAY_JOB_STOP_WAIT_TIME_S).
     """
@@ -249,8 +252,11 @@ def job_script(
     ]
     env_args = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(job.env.items()))
     command = " ".join(shlex.quote(a) for a in job.argv)
-    run = (f"env -i {env_args} {command}" if clean_env else command) + " &"
-    wait = 'child=$!; while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done'
+    run = f"env -i {env_args} {command}" if clean_env else command
+    # In the foreground, not with `&`: a background command of a non-interactive shell
+    # starts with SIGINT and SIGQUIT ignored. dash and bash both hold a trapped TERM
+    # until the foreground command ends, so the status recorded is the command's own.
+    wait = "rc=$?"
     if job.guarded:
         bwrap = shlex.quote(job.argv[0])
         lines += [
@@ -329,6 +335,8 @@ async def watch_job(
     started = running_since(job.rnd)
     last: JobState | None = None
     failures = 0
+    cancel_seen: float | None = None  # when a cancel was first seen still running
+    resend_sec = job.grace_sec + max(5.0, 5 * poll_sec)
     while True:
         try:
             state, detail, info = await status()
@@ -362,12 +370,24 @@ async def watch_job(
                 lost=True,
                 error=f"{engine} no longer knows job {ref.job_id} and it left no exit status",
             )
+        reason = cancel_reason(job.rnd)
         if (
             job.timeout_sec is not None
             and started is not None
             and time.time() - started > job.timeout_sec
-            and cancel_reason(job.rnd) is None
+            and reason is None
         ):
             with contextlib.suppress(LaunchError):
                 await cancel("timed_out")
+        elif reason is not None:
+            # A cancel that did not take (the engine did not answer, or lost it): ask
+            # again while the job still runs, after its grace, so a stop or a timeout
+            # never leaves a job running without limit.
+            now = time.time()
+            if cancel_seen is None:
+                cancel_seen = now
+            elif now - cancel_seen > resend_sec:
+                cancel_seen = now
+                with contextlib.suppress(LaunchError):
+                    await cancel(reason)
         await anyio.sleep(poll_sec)

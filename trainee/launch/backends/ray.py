@@ -17,6 +17,7 @@ import functools
 import logging
 import math
 import os
+import re
 import shlex
 import time
 import uuid
@@ -299,7 +300,7 @@ class RayBackend:
 def _ours(job_id: str, job: RoundJob) -> bool:
     """Submission ids are ``<round's job name>-<8 hex>``: an id read back from the round
     folder (which a guarded job can write) never stops a job that is not this round's."""
-    ok = job_id.startswith(job.name + "-")
+    ok = re.fullmatch(re.escape(job.name) + "-[0-9a-f]{8}", job_id) is not None
     if not ok:
         log.warning("%s: not stopping Ray job %s, which is not this round's", job.name, job_id)
     return ok
