@@ -73,8 +73,10 @@ class RayBackend:
         self.poll_interval_sec = poll_interval_sec
         self.command_timeout_sec = command_timeout_sec
         self._client: Any = None
-        # Ray's HTTP calls have no timeout of their own: a head that hangs must not take
-        # every worker thread of the daemon (to_thread's shared limiter) with it.
+        # At most 4 Ray calls at once from this session, beside the daemon's shared
+        # worker threads. Ray's HTTP calls have no timeout of their own: a call is given
+        # up after command_timeout_sec (+30 s), but its thread runs on until Ray answers
+        # or the connection drops, so a head that hangs for long leaves such threads.
         self._limiter = anyio.CapacityLimiter(4)
 
     # -- the client (blocking HTTP) in a thread, with a timeout ----------------------------
