@@ -14,6 +14,7 @@ import yaml  # type: ignore[import-untyped]
 
 from tests.conftest import run_cli
 from tests.e2e.test_loop import SESSION
+from tests.e2e.test_resume import PROJECT_YAML, TUNING_YAML  # the same hold project's files
 
 HOLD_LR = 0.3
 """A round with this lr prints steps while the project's ``hold`` file exists."""
@@ -55,38 +56,6 @@ for i in range(3):
     print(f"step {{step + i}} loss={{(args.lr - 0.05) ** 2 + 0.1 + 0.01 * (2 - i):.6f}}", flush=True)
     time.sleep(0.05)
 print(f"final val_loss={{(args.lr - 0.05) ** 2 + 0.1:.6f}}", flush=True)
-"""
-
-PROJECT_YAML = """\
-version: 1
-data:
-  - path: data
-    flag: --data-root
-launch:
-  command: [python, train.py]
-run:
-  max_rounds: 3
-  timeout_minutes: 5
-metrics:
-  specs:
-    - name: val_loss
-      source: stdout_regex
-      key_or_pattern: 'final val_loss=(?P<value>-?\\d+(?:\\.\\d+)?)'
-      goal: min
-      required: true
-advanced:
-  security_mode: unsafe
-"""
-
-TUNING_YAML = """\
-version: 1
-params:
-  - name: lr
-    flag: --lr
-    type: float
-    default: 0.1
-    min_value: 0.001
-    max_value: 1.0
 """
 
 

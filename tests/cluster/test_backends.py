@@ -5,10 +5,8 @@ on the shared disk. Every case runs on both engines."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +24,8 @@ from tests.cluster.project import (
     start_session,
 )
 from tests.cluster.ray_fixtures import ray_cluster  # noqa: F401
-from tests.conftest import Daemon, _kill_leftover_daemons, base_env, copy_example, run_cli
-from tests.e2e.test_loop import (
+from tests.conftest import Daemon, copy_example, run_cli
+from tests.e2e.test_loop import (  # daemon: one module-scoped daemon per module
     OK,
     assert_no_training_left,
     check_outputs,
@@ -100,19 +98,6 @@ def engine(request: pytest.FixtureRequest) -> Engine:
     if request.param == "slurm":
         return _slurm(request.getfixturevalue("slurm_cluster"))
     return _ray(request.getfixturevalue("ray_cluster"))
-
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    runtime = Path(tempfile.mkdtemp(prefix="tr-cl-", dir="/tmp"))
-    d = Daemon(runtime=runtime, env=base_env(runtime))
-    assert d.start().startswith("READY"), d.log
-    try:
-        yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
-        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def env_for(daemon: Daemon, engine: Engine, fake: FakeLLM | None = None) -> dict[str, str]:

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, _kill_leftover_daemons, base_env, copy_example, run_cli
-from tests.e2e.test_loop import (
+from tests.conftest import Daemon, copy_example, run_cli
+from tests.e2e.test_loop import (  # daemon: one module-scoped daemon per module
     OK,
     artifacts,
     assert_no_training_left,
@@ -31,20 +28,6 @@ from tests.e2e.test_loop import (
 from tests.fakes.llm_server import FakeLLM
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    runtime = Path(tempfile.mkdtemp(prefix="tr-par-", dir="/tmp"))
-    d = Daemon(runtime=runtime, env=base_env(runtime))
-    line = d.start()
-    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
-    try:
-        yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
-        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def with_parallel(project: Path, k: int, max_rounds: int) -> None:

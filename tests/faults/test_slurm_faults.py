@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import anyio
+import msgspec
 import pytest
 
 from trainee.errors import LaunchError
@@ -226,14 +227,8 @@ def test_a_submission_writes_a_private_script_and_remembers_the_job(fake: FakeSl
         "sbatch",
         f"/usr/bin/env -0 > {fake.state}/sbatch.env\necho '4242;cluster1'",
     )
-    job = RoundJob(
-        argv=fake.job.argv,
-        env={**fake.round_env, "SLURM_JOB_ID": "999", "SBATCH_PARTITION": "other"},
-        cwd=fake.job.cwd,
-        rnd=fake.job.rnd,
-        name=fake.job.name,
-        timeout_sec=fake.job.timeout_sec,
-        grace_sec=fake.job.grace_sec,
+    job = msgspec.structs.replace(
+        fake.job, env={**fake.round_env, "SLURM_JOB_ID": "999", "SBATCH_PARTITION": "other"}
     )
     backend = SlurmBackend(
         SlurmOptions(partition="debug"), fake.client_env(CLIENT_ONLY="daemon-side")
@@ -453,15 +448,7 @@ if [ -e {fake.state}/cancelled ]; then echo "CANCELLED|None"; else echo "RUNNING
     )
     fake.program("scancel", f": > {fake.state}/cancelled")
     fake.program("scontrol", f"printf '%s' '{scontrol_text('85', 'CANCELLED', '0:15')}'")
-    job = RoundJob(
-        argv=fake.job.argv,
-        env=fake.job.env,
-        cwd=fake.job.cwd,
-        rnd=fake.job.rnd,
-        name=fake.job.name,
-        timeout_sec=0.2,
-        grace_sec=0.0,
-    )
+    job = msgspec.structs.replace(fake.job, timeout_sec=0.2, grace_sec=0.0)
 
     info = run(lambda: fake.backend().wait(JobRef(backend="slurm", job_id="85"), job))
 
@@ -490,15 +477,7 @@ if [ $n -le 3 ]; then echo "COMPLETING|None"; else echo "CANCELLED|None"; fi
     )
     fake.program("scancel", f": > {fake.state}/cancelled")
     fake.program("scontrol", f"printf '%s' '{scontrol_text('88', 'CANCELLED', '0:15')}'")
-    job = RoundJob(
-        argv=fake.job.argv,
-        env=fake.job.env,
-        cwd=fake.job.cwd,
-        rnd=fake.job.rnd,
-        name=fake.job.name,
-        timeout_sec=0.1,
-        grace_sec=0.0,
-    )
+    job = msgspec.structs.replace(fake.job, timeout_sec=0.1, grace_sec=0.0)
     seen: list[JobState] = []
 
     async def on_state(state: JobState, detail: str) -> None:
@@ -520,15 +499,7 @@ def test_time_in_the_queue_does_not_count_against_the_timeout(fake: FakeSlurm) -
     fake.program("scancel", "exit 0")
     exit_code_file(fake.job.rnd).parent.mkdir(parents=True)
     exit_code_file(fake.job.rnd).write_text("0\n")
-    job = RoundJob(
-        argv=fake.job.argv,
-        env=fake.job.env,
-        cwd=fake.job.cwd,
-        rnd=fake.job.rnd,
-        name=fake.job.name,
-        timeout_sec=0.05,
-        grace_sec=0.0,
-    )
+    job = msgspec.structs.replace(fake.job, timeout_sec=0.05, grace_sec=0.0)
 
     info = run(
         lambda: fake.backend(poll_interval_sec=0.01).wait(JobRef(backend="slurm", job_id="86"), job)
@@ -637,15 +608,7 @@ exit 1
 """,
     )
     fake.program("scontrol", f"printf '%s' '{scontrol_text('86', 'CANCELLED', '0:15')}'")
-    job = RoundJob(
-        argv=fake.job.argv,
-        env=fake.job.env,
-        cwd=fake.job.cwd,
-        rnd=fake.job.rnd,
-        name=fake.job.name,
-        timeout_sec=0.2,
-        grace_sec=0.0,
-    )
+    job = msgspec.structs.replace(fake.job, timeout_sec=0.2, grace_sec=0.0)
     started = time.monotonic()
 
     info = run(lambda: fake.backend().wait(JobRef(backend="slurm", job_id="86"), job))
