@@ -50,11 +50,13 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
+from trainee import jobfiles
 from trainee.errors import ConfigError, InvalidParams, InvalidState
 from trainee.spec.files import Goal, MetricSource, MetricSpec
 
@@ -284,12 +286,20 @@ class Extractor:
         placeholders: Mapping[str, str],
         project_root: str,
         max_points: int = DEFAULT_MAX_POINTS,
+        within: Sequence[str] | None = None,
     ) -> None:
         if max_points < 1:
             raise InvalidParams(f"max_points must be at least 1, got {max_points}")
         self._specs = tuple(specs)
         self._placeholders = dict(placeholders)
         self._root = os.path.normpath(os.path.abspath(project_root))
+        # metric files are the job's: read only inside the project (and its .trainee/,
+        # wherever that lives), never through a link leading elsewhere
+        self._within = (
+            list(within)
+            if within is not None
+            else [self._root, os.path.realpath(os.path.join(self._root, ".trainee"))]
+        )
         self._series: list[_Series] = []
         self._output_rules: list[_Rule] = []
         self._log_rules: list[_Rule] = []
@@ -424,9 +434,9 @@ class Extractor:
                 continue
             if source == MetricSource.JSONL:
                 for path in paths:
-                    out.extend(_read_jsonl(series, path, key))
+                    out.extend(_read_jsonl(series, path, key, self._within))
             else:
-                point = _read_wandb(series, paths[-1], key)
+                point = _read_wandb(series, paths[-1], key, self._within)
                 if point is not None:
                     out.append(point)
         return out
@@ -567,14 +577,15 @@ def _glob_regex(i: int, pattern: str) -> re.Pattern[str]:
 
 
 def _matching_files(pattern: str) -> list[str]:
-    """Regular files matching ``pattern``, oldest first (mtime, then path)."""
+    """Files matching ``pattern`` (not folders), oldest first (mtime, then path). What is
+    not a regular file is kept: reading it says why it is refused."""
     found: list[tuple[int, str]] = []
     for path in glob.glob(pattern, recursive=True):
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
         except OSError:
             continue
-        if os.path.isfile(path):
+        if not stat.S_ISDIR(st.st_mode):
             found.append((st.st_mtime_ns, path))
     return [path for _, path in sorted(found)]
 
@@ -628,12 +639,14 @@ def _record_step(record: dict[str, Any]) -> int | None:
     return None
 
 
-def _read_jsonl(series: _Series, path: str, key: str) -> list[MetricPoint]:
+def _read_jsonl(
+    series: _Series, path: str, key: str, within: Sequence[str] | None = None
+) -> list[MetricPoint]:
     out: list[MetricPoint] = []
     source = str(MetricSource.JSONL)
     malformed = first_malformed = lines = hits = 0
     try:
-        with open(path, "rb") as f:
+        with jobfiles.open_job_file(os.path.abspath(path), within=within) as f:
             for lineno, raw in enumerate(f, 1):
                 line = raw.strip()
                 if not line:
@@ -667,10 +680,12 @@ def _read_jsonl(series: _Series, path: str, key: str) -> list[MetricPoint]:
     return out
 
 
-def _read_wandb(series: _Series, path: str, key: str) -> MetricPoint | None:
+def _read_wandb(
+    series: _Series, path: str, key: str, within: Sequence[str] | None = None
+) -> MetricPoint | None:
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        with jobfiles.open_job_file(os.path.abspath(path), within=within) as f:
+            data = jobfiles.read_bounded(f, jobfiles.DEFAULT_LIMIT, path)
     except OSError as exc:
         series.file_warnings.append(f"cannot read {path}: {exc.strerror or exc}")
         return None

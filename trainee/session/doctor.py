@@ -13,6 +13,7 @@ import anyio
 import msgspec
 
 from trainee.errors import ConfigError, ProviderError, SandboxError, TraineeError
+from trainee.jobfiles import read_job_file
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import command_prefix
@@ -194,13 +195,20 @@ def check_output(spec: ProjectSpec) -> Check:
 
 
 def _finished_ok(layout: ProjectLayout, log: Path) -> bool:
-    """A round log whose round ended with exit code 0 (not running, stopped or failed)."""
-    exit_file = layout.runs / log.parent.name / log.stem / "exit.json"
-    try:
-        info = json.loads(exit_file.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(info, dict) and info.get("returncode") == 0 and not info.get("stopped")
+    """A round log whose round ended with exit code 0 (not running, stopped or failed).
+
+    Its ``exit.json`` is in the control folder (in the round's workspace for rounds
+    launched before it existed), read as the daemon reads it: never blocking."""
+    for exit_file in (
+        layout.control / log.parent.name / log.stem / "exit.json",
+        layout.runs / log.parent.name / log.stem / "exit.json",
+    ):
+        try:
+            info = json.loads(read_job_file(exit_file, 1 << 20, within=[exit_file.parent]))
+        except (OSError, ValueError):
+            continue
+        return isinstance(info, dict) and info.get("returncode") == 0 and not info.get("stopped")
+    return False
 
 
 def check_metrics_on_last_log(spec: ProjectSpec) -> Check:

@@ -145,7 +145,15 @@ ALTER TABLE rounds ADD COLUMN batch INTEGER NOT NULL DEFAULT 0;
 """Rounds launched on a cluster engine (the backend and its job id, for re-adoption) and
 the step of parallel candidates each round belongs to."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+_V3 = """
+ALTER TABLE rounds ADD COLUMN launch_token TEXT;
+ALTER TABLE rounds ADD COLUMN control_layout INTEGER NOT NULL DEFAULT 1;
+"""
+"""Exactly-once launches: the token of a round's launch, recorded before its monitor (or
+cluster job) starts; and where the round's control files are (1: in its workspace, as
+rounds launched before this version kept them; 2: in ``<data_dir>/control/``)."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
