@@ -20,7 +20,14 @@ from trainee.launch.sandbox import check_bwrap
 from trainee.metrics.extract import Extractor
 from trainee.monitor.tail import INDEX_SUFFIX, READ_CAP, FileTail
 from trainee.session.policy import POLICIES
-from trainee.spec import Environment, MetricSource, ProjectSpec, SecurityMode, load_project
+from trainee.spec import (
+    ConfigStyle,
+    Environment,
+    MetricSource,
+    ProjectSpec,
+    SecurityMode,
+    load_project,
+)
 
 Status = Literal["pass", "warn", "fail"]
 
@@ -181,6 +188,14 @@ def check_paths(spec: ProjectSpec) -> Check:
 
 
 def check_output(spec: ProjectSpec) -> Check:
+    if spec.output.flag:
+        return _check(
+            "output", "pass", f"output.flag {spec.output.flag} gets each round's outputs/"
+        )
+    if spec.launch.config_style == ConfigStyle.HYDRA:
+        return _check(
+            "output", "pass", "config_style hydra: hydra.run.dir is each round's outputs/"
+        )
     if spec.output.config_path:
         return _check(
             "output", "pass", f"output.{spec.output.config_path} found in the baseline config"
