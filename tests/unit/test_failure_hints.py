@@ -46,6 +46,10 @@ CASES = [
         ["AssertionError: Torch not compiled with CUDA enabled"],
         "there is none it can use here: make it run on the CPU",
     ),
+    (
+        ["AssertionError: CUDA is not available but cuda was specified"],  # timm's --device
+        "(e.g. a device option in run.fixed_args: --device cpu)",
+    ),
     (["python: can't open file '/p/tr.py': [Errno 2] No such file"], "/p/tr.py does not exist"),
     (["sh: 1: torchrun: not found"], "'torchrun' is not on PATH"),
     (["something else went wrong"], "run the command of `trainee run --dry-run` by hand"),

@@ -130,7 +130,7 @@ _RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
         re.compile(
             r"Torch not compiled with CUDA enabled|No CUDA GPUs are available|"
             r"Found no NVIDIA driver|CUDA driver version is insufficient|"
-            r"no CUDA-capable device is detected"
+            r"no CUDA-capable device is detected|CUDA is not available"
         ),
         _no_cuda,
     ),
