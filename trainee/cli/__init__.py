@@ -119,6 +119,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = add("doctor")
     _add_root(p)
     p.add_argument("--skip-provider-test", action="store_true")
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="the policy you will run with (default: decision.policy); tpe, random and "
+        "external need no provider",
+    )
 
     p = add("run")
     _add_root(p)

@@ -211,6 +211,11 @@ class LiveView:
                     diff_text(r.get("diff") or {}),
                 )
             self.console.print(table)
+        tail = d.get("log_tail") or []
+        if tail:
+            self.say("last lines of its log:", "bold")
+            for line in tail:
+                self.say(f"  {line}", "dim")
         if d.get("error"):
             self.say(f"error: {d['error']}", "red")
         best, base = d.get("best_metric"), d.get("baseline_metric")

@@ -582,7 +582,7 @@ def suggest_tunables_report(
 
 
 def _entrypoint(root: Path, project: ProjectFileSpec, discovery: Discovery) -> Entrypoint | None:
-    words: list[str] = list(project.launch.command)
+    words: list[str] = list(project.launch.command or ())
     shell = project.advanced.shell_command
     if shell:
         try:

@@ -12,13 +12,22 @@ from typing import Literal
 import anyio
 import msgspec
 
-from trainee.errors import ConfigError, ProviderError, SandboxError, TraineeError
+from trainee.errors import ConfigError, InvalidParams, ProviderError, SandboxError, TraineeError
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import command_prefix
 from trainee.launch.sandbox import check_bwrap
 from trainee.metrics.extract import Extractor
-from trainee.spec import Environment, MetricSource, ProjectSpec, SecurityMode, load_project
+from trainee.monitor.tail import INDEX_SUFFIX, READ_CAP, FileTail
+from trainee.session.policy import POLICIES
+from trainee.spec import (
+    ConfigStyle,
+    Environment,
+    MetricSource,
+    ProjectSpec,
+    SecurityMode,
+    load_project,
+)
 
 Status = Literal["pass", "warn", "fail"]
 
@@ -179,6 +188,14 @@ def check_paths(spec: ProjectSpec) -> Check:
 
 
 def check_output(spec: ProjectSpec) -> Check:
+    if spec.output.flag:
+        return _check(
+            "output", "pass", f"output.flag {spec.output.flag} gets each round's outputs/"
+        )
+    if spec.launch.config_style == ConfigStyle.HYDRA:
+        return _check(
+            "output", "pass", "config_style hydra: hydra.run.dir is each round's outputs/"
+        )
     if spec.output.config_path:
         return _check(
             "output", "pass", f"output.{spec.output.config_path} found in the baseline config"
@@ -203,6 +220,27 @@ def _finished_ok(layout: ProjectLayout, log: Path) -> bool:
     return isinstance(info, dict) and info.get("returncode") == 0 and not info.get("stopped")
 
 
+def _feed_round_log(extractor: Extractor, log: Path) -> None:
+    """Feed a round log to ``extractor`` exactly as the runtime does: through the tail
+    reader (stdout and stderr told apart, ``\r`` progress lines and ANSI codes
+    stripped), batch by batch."""
+    index = log.with_name(log.name + INDEX_SUFFIX)
+    tail = FileTail(str(log), index=str(index) if index.exists() else None)
+    try:
+        while True:
+            lines = tail.read(READ_CAP)
+            done = not tail.backlog
+            if done:
+                lines += tail.flush()
+            text = "\n".join(line.text for line in lines if not line.marker)
+            if text:
+                extractor.feed_output(text)
+            if done:
+                return
+    finally:
+        tail.close()
+
+
 def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
 
     layout = ProjectLayout.for_root(spec.project_root)
@@ -215,8 +253,7 @@ def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
     last = logs[-1]
     shown = f"{last.parent.name}/{last.name}"
     extractor = Extractor(spec.metrics.specs, placeholders={}, project_root=spec.project_root)
-    with open(last, encoding="utf-8", errors="replace") as fh:
-        extractor.feed_output(fh.read(8 * 2**20))
+    _feed_round_log(extractor, last)
     found = extractor.result().finals
     checked = [m for m in spec.metrics.specs if m.source == MetricSource.STDOUT_REGEX]
     silent = [m.name for m in checked if m.name not in found]
@@ -283,8 +320,20 @@ async def check_backend(spec: ProjectSpec, env: Mapping[str, str]) -> Check:
 
 
 async def run_doctor(
-    root: str, *, env: Mapping[str, str], skip_provider_test: bool, security_mode: str | None = None
+    root: str,
+    *,
+    env: Mapping[str, str],
+    skip_provider_test: bool,
+    security_mode: str | None = None,
+    policy: str | None = None,
 ) -> DoctorReport:
+    """Every check; ``policy`` (default: decision.policy) decides whether a provider is
+    needed."""
+    if policy is not None and policy not in POLICIES:
+        raise InvalidParams(
+            f"--policy {policy!r}: unknown decision policy; choose one of {', '.join(POLICIES)}",
+            {"field": "policy", "reason": "unknown"},
+        )
     spec, config = check_config(root)
     checks = [config]
     if spec is not None:
@@ -307,6 +356,7 @@ async def run_doctor(
             except (OSError, TraineeError) as exc:
                 checks.append(_check(name, "fail", str(exc), _FIXES.get(name, "")))
         checks.append(await check_backend(spec, env))
-        checks.append(await check_provider(env, skip_provider_test, str(spec.decision.policy)))
+        chosen = policy or str(spec.decision.policy)
+        checks.append(await check_provider(env, skip_provider_test, chosen))
     ok = all(c.status != "fail" for c in checks)
     return DoctorReport(project_root=str(root), ok=ok, checks=checks)

@@ -234,6 +234,8 @@ class DoctorParams(Wire):
     project_root: str
     skip_provider_test: bool = False
     env: dict[str, str] | None = None
+    policy: str | None = None
+    """The policy the session will use (``trainee run --policy``); default: decision.policy."""
 
 
 class DryRunParams(Wire):

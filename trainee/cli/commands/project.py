@@ -147,6 +147,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "skip_provider_test": args.skip_provider_test,
         "env": dict(os.environ),
     }
+    if args.policy is not None:
+        params["policy"] = args.policy
     report = daemon_client.call("project_doctor", params)
     if args.json:
         print_json(report)
