@@ -102,7 +102,6 @@ _DATA_OPTION_RE = re.compile(
     r"^(?:train_)?(?:data|dataset|datadir|datapath|dataroot)"
     r"(?:_(?:root|dir|directory|path|folder))?$"
 )
-_MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
 _HYDRA_DEFAULTS = re.compile(r"^defaults\s*:", re.M)
 _CONDA_NAME = re.compile(r"""^name\s*:\s*['"]?([^'"#\s]+)['"]?\s*(?:#.*)?$""", re.M)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -139,6 +138,17 @@ class Entrypoint(msgspec.Struct, kw_only=True):
     metric_names: list[str] = msgspec.field(default_factory=list)
     score: int = 0
     notes: list[str] = msgspec.field(default_factory=list)
+    main_guard: bool = False
+    training: bool = False
+    relative_imports: bool = False
+    subcommands: list[str] = msgspec.field(default_factory=list)
+    readme_refs: list[str] = msgspec.field(default_factory=list)
+    """Where the docs run it (``README.md:12``)."""
+    readme_args: list[str] = msgspec.field(default_factory=list)
+    """The words after the script in the first command of the docs that runs it."""
+    config_file: str | None = None
+    """The config file the command passes (a nanoGPT config module given as a
+    positional word); option defaults above are already overridden by it."""
 
 
 class DataDir(msgspec.Struct, kw_only=True):
@@ -476,37 +486,114 @@ def _entry_score(rel: str) -> tuple[int, str] | None:
     return score, f"{why} {where}"
 
 
+_CLI_SIGNAL = re.compile(
+    r"__main__|hydra|configurator|parse_args|LightningCLI|HfArgumentParser|click|typer|"
+    r"jsonargparse|\bCLI\("
+)
+_NOT_TRAINING = re.compile(
+    r"^(?:sample\w*|generate\w*|gen|eval\w*|test\w*|predict\w*|infer\w*|prepare\w*|"
+    r"preprocess\w*|download\w*|export\w*|convert\w*|bench\w*|plot\w*|visuali[sz]\w*|setup|"
+    r"configurator|utils?|helpers?|demo\w*|serve\w*|server|app|make_\w+|build_\w+|score\w*|"
+    r"tokeni[sz]\w*|chat\w*|interactive|profile\w*|check\w*|compare\w*|analy[sz]\w*)$"
+)
+README_SCORE = 50
+"""Bonus of a script the README or docs run (the project's own word)."""
+
+
+def _content_score(rel: str, ep: Entrypoint) -> tuple[int, str] | None:
+    """(score, why) of a file that reads the command line but has no entrypoint name."""
+    if not (ep.main_guard and (ep.options or ep.framework != "none")):
+        return None
+    parts = rel.split("/")
+    stem = parts[-1][:-3]
+    score = 40
+    what = f"{ep.framework} options" if ep.options else f"a {ep.framework} app"
+    why = f"{parts[-1]} reads the command line ({what}) under a __main__ guard"
+    if _NOT_TRAINING.match(stem):
+        score -= 35
+    score -= 8 * (len(parts) - 1)
+    if any(p in _AUX_DIRS for p in parts[:-1]):
+        score -= 45
+    return score, why
+
+
+def _module_name(rel: str) -> str | None:
+    parts = rel[:-3].split("/")
+    if parts[0] == "src":
+        parts = parts[1:]
+    if parts and parts[-1] == "__main__":
+        parts = parts[:-1]
+    if not parts or not all(_IDENT.match(p) for p in parts):
+        return None
+    return ".".join(parts)
+
+
+def _in_package(root: Path, rel: str) -> bool:
+    return "/" in rel and (root / rel.rsplit("/", 1)[0] / "__init__.py").is_file()
+
+
 def _entrypoints(
     root: Path, tree: _Tree, pyproject: dict[str, Any], notes: list[str]
 ) -> list[Entrypoint]:
+    from trainee.discovery.readme import readme_commands
+
+    commands = readme_commands(root)
+    by_script: dict[str, list[Any]] = {}
+    by_module: dict[str, list[Any]] = {}
+    for cmd in commands:
+        if cmd.script is not None:
+            target = _relative(root, root / cmd.script)
+            if target is not None:
+                by_script.setdefault(target, []).append(cmd)
+        elif cmd.module is not None:
+            by_module.setdefault(cmd.module, []).append(cmd)
     found: dict[str, Entrypoint] = {}
     for rel in tree.files:
         if not rel.endswith(".py"):
             continue
-        name = rel.rsplit("/", 1)[-1]
+        parts = rel.split("/")
+        name = parts[-1]
+        if any(p in _TEST_DIRS for p in parts[:-1]) or name.startswith("test_"):
+            continue
+        module = _module_name(rel)
+        refs = by_script.get(rel, []) + (by_module.get(module, []) if module else [])
         if name == "__main__.py":
-            parts = rel.split("/")[:-1]
-            if not parts or any(p in _TEST_DIRS for p in parts):
+            mod_parts = parts[:-1]
+            if not mod_parts or module is None:
                 continue
-            mod_parts = parts[1:] if parts[0] == "src" else parts
-            if not mod_parts or not all(_IDENT.match(p) for p in mod_parts):
-                continue
-            module = ".".join(mod_parts)
-            score = 65 - 5 * (len(mod_parts) - 1) + (10 if "train" in module else 0)
+            score = 65 - 5 * (len(module.split(".")) - 1) + (10 if "train" in module else 0)
             if any(p in _AUX_DIRS for p in parts):
                 score -= 45
             reason = f"package {module} has a __main__.py (runs as python -m {module})"
             if parts[0] == "src":
                 reason += "; src/ layout, needs the package installed or PYTHONPATH=src"
             ep = scan_python_file(root, rel, kind="module", reason=reason, module=module)
-            ep.score += score
-            found[rel] = ep
-            continue
-        scored = _entry_score(rel)
-        if scored is None:
-            continue
-        score, why = scored
-        ep = scan_python_file(root, rel, kind="script", reason=why)
+        else:
+            named = _entry_score(rel)
+            if named is None and not refs:
+                text = _read_text(root / rel, MAX_PY_BYTES)
+                if text is None or not _CLI_SIGNAL.search(text):
+                    continue
+            ep = scan_python_file(root, rel, kind="script", reason="")
+            scored = named or _content_score(rel, ep)
+            if scored is None and refs:
+                scored = (40 - 8 * (len(parts) - 1), f"{name} is run by the docs")
+            if scored is None:
+                continue
+            score, ep.reason = scored
+            by_module_ref = module is not None and module in by_module
+            if module and (by_module_ref or (ep.relative_imports and _in_package(root, rel))):
+                ep.kind, ep.module = "module", module
+                ep.command = _command_for(ep)
+                why = "the docs run it" if by_module_ref else "it uses relative imports"
+                ep.reason += f"; runs as python -m {module} ({why})"
+        if ep.training:
+            score += 15
+        if refs:
+            score += README_SCORE + min(10, 3 * (len(refs) - 1))
+            ep.readme_refs = [f"{c.file}:{c.line}" for c in refs][:5]
+            ep.readme_args = list(refs[0].args)
+            ep.reason += f"; run by {refs[0].file} line {refs[0].line}"
         ep.score += score
         found.setdefault(rel, ep)
     for script, target, table in _pyproject_scripts(pyproject):
@@ -570,7 +657,8 @@ def scan_python_file(
         return ep
     tree, text = parsed
     _fill(ep, read_module(tree, text))
-    if _MAIN_GUARD.search(text):
+    ep.command = _command_for(ep)
+    if ep.main_guard:
         ep.score += 10
     if kind == "pyproject_script" and module and ":" in module:
         func = module.split(":", 1)[1].strip()
@@ -594,6 +682,10 @@ def scan_python_file(
 
 
 def _fill(ep: Entrypoint, info: ModuleInfo) -> None:
+    ep.main_guard = info.main_guard
+    ep.training = info.training
+    ep.relative_imports = info.relative_imports
+    ep.subcommands = list(info.subcommands)
     ep.docstring = info.docstring
     ep.options = info.options
     ep.framework = info.framework
@@ -605,10 +697,10 @@ def _fill(ep: Entrypoint, info: ModuleInfo) -> None:
 
 def _command_for(ep: Entrypoint) -> list[str]:
     if ep.kind == "module" and ep.module:
-        return ["python", "-m", ep.module]
+        return ["python", "-m", ep.module, *ep.subcommands]
     if ep.kind == "pyproject_script" and ep.script_name:
-        return [ep.script_name]
-    return ["python", ep.path]
+        return [ep.script_name, *ep.subcommands]
+    return ["python", ep.path, *ep.subcommands]
 
 
 def _parse(root: Path, rel: str, notes: list[str]) -> tuple[ast.Module, str] | None:

@@ -141,6 +141,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     baseline_config: NonEmptyStr | None = None
     args: tuple[ArgSpec, ...] = ()
     arg_style: ArgStyle = ArgStyle.SPACE
+    config_style: Literal["flag", "hydra"] = "flag"
+    """``hydra``: the app is a ``@hydra.main`` entrypoint (overrides are ``key=value``)."""
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -176,9 +178,12 @@ class DecisionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 
 class OutputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``config_path``: the dotted key of the baseline config holding the output folder."""
+    """``config_path``: the dotted key of the baseline config holding the output folder.
+    ``flag``: a flag (``--out_dir``, ``-o``) or override key (``hydra.run.dir``) that
+    receives the round's outputs folder."""
 
     config_path: ConfigPath | None = None
+    flag: ArgFlag | None = None
 
 
 class MetricSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
