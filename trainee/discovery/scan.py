@@ -15,7 +15,7 @@ import ast
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -40,12 +40,16 @@ __all__ = [
     "EntryOption",
     "Entrypoint",
     "LimitFlag",
+    "command_settings",
     "discover",
     "entrypoint_for_command",
     "is_data_option",
     "is_limit_name",
+    "module_assignments",
     "normalize_name",
     "scan_python_file",
+    "script_index",
+    "with_command",
 ]
 
 MAX_FILES = 5_000
@@ -344,6 +348,124 @@ def resolve_root(root: Path | str) -> Path:
 
 
 def entrypoint_for_command(
+    root: Path | str,
+    discovery: Discovery,
+    command: Iterable[str],
+    working_dir: str = ".",
+) -> Entrypoint | None:
+    """The entrypoint a ``launch.command`` (or shell command's words) runs, if any.
+
+    Matches ``*.py`` words against discovered scripts (a file not discovered is scanned
+    now), ``-m module`` against modules and a bare first word against pyproject scripts.
+    The result's option defaults are those the command really starts with: a nanoGPT
+    config module given as a positional word overrides the script's globals
+    (``config_file`` names it).
+    """
+    words = list(command)
+    ep = _match_command(root, discovery, words, working_dir)
+    if ep is None:
+        return None
+    return with_command(root, ep, words, working_dir)
+
+
+def script_index(ep: Entrypoint, words: Sequence[str]) -> int | None:
+    """The index of the word that names ``ep`` in a command (the script, the module
+    after ``-m`` or the console script), or None."""
+    for i, word in enumerate(words):
+        if ep.kind == "module" and word == ep.module and i > 0 and words[i - 1] == "-m":
+            return i
+        if word.endswith(".py") and os.path.normpath(word) == ep.path:
+            return i
+        if ep.kind == "pyproject_script" and word == ep.script_name:
+            return i
+    for i, word in enumerate(words):
+        if word.endswith(".py") and word.endswith(ep.path.rsplit("/", 1)[-1]):
+            return i
+    return None
+
+
+def with_command(
+    root: Path | str, ep: Entrypoint, words: Sequence[str], working_dir: str = "."
+) -> Entrypoint:
+    """A copy of ``ep`` whose defaults are those ``words`` start it with: for a
+    configurator script, the literal assignments of the config modules given as
+    positional words (``python train.py config/small.py``) override its globals."""
+    if ep.framework != "configurator":
+        return ep
+    index = script_index(ep, words)
+    if index is None:
+        return ep
+    root_path = Path(root).resolve()
+    out = msgspec.structs.replace(ep, options=[msgspec.structs.replace(o) for o in ep.options])
+    by_dest = {o.dest: o for o in out.options}
+    for word in words[index + 1 :]:
+        if word.startswith("-") or not word.endswith(".py"):
+            continue
+        rel = _relative(root_path, root_path / working_dir / word)
+        if rel is None or not (root_path / rel).is_file():
+            continue
+        parsed = _parse(root_path, rel, out.notes)
+        if parsed is None:
+            continue
+        for name, value in module_assignments(parsed[0]).items():
+            option = by_dest.get(name)
+            if option is not None:
+                option.default = value
+                option.default_source = None
+                option.help = (option.help + f" (set by {rel})").strip()
+        out.config_file = rel
+    return out
+
+
+def module_assignments(tree: ast.Module) -> dict[str, Any]:
+    """``name = <literal>`` statements at the top level of a module (a nanoGPT config)."""
+    out: dict[str, Any] = {}
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+            if isinstance(value, bool | int | float | str):
+                out[node.targets[0].id] = value
+    return out
+
+
+def command_settings(ep: Entrypoint, words: Sequence[str]) -> dict[str, str]:
+    """What the words after the entrypoint set: option dest -> value text (``true``
+    for a bare flag), and ``key=value`` overrides as key -> value."""
+    index = script_index(ep, words)
+    rest = list(words[index + 1 :]) if index is not None else []
+    by_flag = {f: o for o in ep.options for f in o.flags}
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        i += 1
+        if word.startswith("-"):
+            flag, eq, value = word.partition("=")
+            option = by_flag.get(flag)
+            dest = option.dest if option is not None else normalize_name(flag)
+            if eq:
+                out[dest] = value
+            elif option is not None and option.type == "bool":
+                out[dest] = "false" if flag == option.negative_flag else "true"
+            elif i < len(rest) and not rest[i].startswith("-"):
+                out[dest] = rest[i]
+                i += 1
+            else:
+                out[dest] = "true"
+        elif "=" in word:
+            key, _, value = word.partition("=")
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def _match_command(
     root: Path | str,
     discovery: Discovery,
     command: Iterable[str],
