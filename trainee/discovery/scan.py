@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from trainee.discovery.limits import is_limit_key, is_tied_key
 from trainee.discovery.options import (
     EntryOption,
     Framework,
@@ -45,6 +46,7 @@ __all__ = [
     "entrypoint_for_command",
     "is_data_option",
     "is_limit_name",
+    "limit_flags",
     "module_assignments",
     "normalize_name",
     "scan_python_file",
@@ -98,10 +100,6 @@ _NOT_CONFIG = _words(
 _MAX_CONFIG_BYTES = 1 << 20
 _MAX_JSON_BYTES = 256 << 10
 
-_LIMIT_RE = re.compile(
-    r"^(?:(?:max|num|n|total|train|training)_){0,2}"
-    r"(?:epochs?|steps?|iters?|iterations?|updates?|batches)(?:_per_epoch)?$"
-)
 _DATA_OPTION_RE = re.compile(
     r"^(?:train_)?(?:data|dataset|datadir|datapath|dataroot)"
     r"(?:_(?:root|dir|directory|path|folder))?$"
@@ -170,12 +168,18 @@ class ConfigFile(msgspec.Struct, kw_only=True):
 
 
 class LimitFlag(msgspec.Struct, kw_only=True):
-    """A training-budget option proposed as ``run.fixed_args`` (value None: no default)."""
+    """A training-budget option proposed as ``run.fixed_args`` (value None: no default).
+
+    ``kind: tied`` is a schedule length that follows the budget (lr_decay_iters,
+    warmup_steps): pinned with it, never tuned. ``problem`` says why the value must be
+    chosen (it means "no limit", or it is a very long run)."""
 
     flag: str
     value: Any
     reason: str
     entrypoint: str
+    kind: Literal["limit", "tied"] = "limit"
+    problem: str | None = None
 
 
 class Discovery(msgspec.Struct, kw_only=True):
@@ -201,8 +205,10 @@ class Discovery(msgspec.Struct, kw_only=True):
 
 
 def is_limit_name(name: str) -> bool:
-    """Whether ``name`` (a dest or key leaf) reads as a training budget (epochs, max steps...)."""
-    return bool(_LIMIT_RE.match(normalize_name(name).rsplit(".", 1)[-1]))
+    """Whether ``name`` (a dest or key leaf) reads as a training budget (epochs, max
+    steps, a time limit) or a schedule length tied to it (lr_decay_iters, warmup_steps):
+    never a tunable."""
+    return is_limit_key(name) or is_tied_key(name)
 
 
 def is_data_option(name: str) -> bool:
@@ -301,14 +307,7 @@ def discover(root: Path | str, *, max_files: int = MAX_FILES) -> Discovery:
     entrypoints = _entrypoints(root_path, tree, pyproject, notes)
     data_dirs = _data_dirs(root_path, tree, entrypoints)
     config_files = _config_files(root_path, tree, entrypoints, data_dirs)
-    limits = [
-        LimitFlag(flag=o.flag, value=o.default, reason=_limit_reason(ep, o), entrypoint=ep.path)
-        for ep in entrypoints
-        for o in ep.options
-        if _is_limit_option(o)
-    ]
-    for ep in entrypoints[:1]:
-        limits += _hydra_limits(root_path, ep, notes)
+    limits = [lim for ep in entrypoints for lim in limit_flags(root_path, ep, ep.command)]
     readme = next(
         (
             n
@@ -1016,66 +1015,38 @@ def _config_files(
 # -- training limits -------------------------------------------------------------------------
 
 
-def _is_limit_option(option: EntryOption) -> bool:
-    return (
-        option.type == "int"
-        and option.nargs in (None, "?")
-        and is_limit_name(option.dest)
-        and (option.default is None or isinstance(option.default, int))
-    )
+def limit_flags(root: Path | str, ep: Entrypoint, command: Sequence[str]) -> list[LimitFlag]:
+    """The budget options of ``ep`` that ``command`` does not set itself, and the
+    schedule lengths tied to them, each with the reason to pin it (and a problem when
+    its value must be chosen). A Hydra app's come from its composed config, as
+    override keys (``trainer.max_epochs``)."""
+    from trainee.discovery.runplan import run_view
 
-
-def _limit_reason(ep: Entrypoint, option: EntryOption) -> str:
-    default = (
-        f"default {option.default}" if option.default is not None else "no default; set a value"
-    )
-    return (
-        f"{ep.path} option {option.flag} ({default}) limits training; kept the same in every "
-        "round so rounds compare fairly"
-    )
-
-
-def _hydra_limits(root: Path, ep: Entrypoint, notes: list[str]) -> list[LimitFlag]:
-    """Training budgets in a Hydra entrypoint's primary config, as override-style flags
-    (``trainer.max_epochs``) so every round trains as long."""
-    if ep.hydra_config_name is None:
-        return []
-    from trainee.spec.yamlio import YamlDocument
-
-    base = (root / ep.path).parent
-    name = ep.hydra_config_name
-    if not name.endswith((".yaml", ".yml")):
-        name += ".yaml"
-    primary = base / (ep.hydra_config_path or ".") / name
-    rel = _relative(root, primary)
-    if rel is None or not (root / rel).is_file():
-        return []
-    try:
-        data, _ = YamlDocument.load(root / rel).to_plain()
-    except ConfigError as exc:
-        notes.append(f"{rel} could not be read as YAML ({exc.reason or exc.message})")
-        return []
+    view = run_view(root, ep, command)
     out: list[LimitFlag] = []
-
-    def walk(node: Any, prefix: str) -> None:
-        if not isinstance(node, dict):
-            return
-        for key, value in node.items():
-            if not isinstance(key, str) or key in ("defaults", "hydra") or "." in key:
-                continue
-            dotted = f"{prefix}.{key}" if prefix else key
-            if isinstance(value, dict):
-                walk(value, dotted)
-            elif isinstance(value, int) and not isinstance(value, bool) and is_limit_name(key):
-                out.append(
-                    LimitFlag(
-                        flag=dotted,
-                        value=value,
-                        reason=f"{rel} key {dotted} ({value}) limits training; passed as the "
-                        f"override {dotted}={value} so every round trains as long",
-                        entrypoint=ep.path,
-                    )
-                )
-
-    walk(data, "")
+    where = view.hydra.primary if view.hydra is not None else ep.path
+    for item in view.budget.limits + view.budget.tied:
+        if item.set_by is not None:
+            continue
+        shown = f"default {item.value}" if item.value is not None else "no default"
+        if item.kind == "limit":
+            reason = (
+                f"{where} {item.flag} ({shown}) limits training; kept the same in every "
+                "round so rounds compare fairly"
+            )
+        else:
+            reason = (
+                f"{where} {item.flag} ({shown}) is a schedule length tied to the training "
+                "limit; pinned with it, not tuned"
+            )
+        out.append(
+            LimitFlag(
+                flag=item.flag,
+                value=item.value,
+                reason=reason,
+                entrypoint=ep.path,
+                kind=item.kind,
+                problem=item.problem,
+            )
+        )
     return out
