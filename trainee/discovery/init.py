@@ -24,7 +24,7 @@ import msgspec
 
 from trainee.discovery.context import build_context, write_context
 from trainee.discovery.options import normalize_name
-from trainee.discovery.runplan import command_target, run_view
+from trainee.discovery.runplan import PLACEHOLDER_SCRIPT, command_target, run_view
 from trainee.discovery.scan import (
     Discovery,
     Entrypoint,
@@ -48,6 +48,7 @@ from trainee.errors import ConfigError
 from trainee.spec import (
     ArgSpec,
     ArgStyle,
+    ConfigStyle,
     DataSpec,
     Environment,
     LaunchSpec,
@@ -555,11 +556,6 @@ class _Plan:
     notes: list[str] = field(default_factory=list)
 
 
-PLACEHOLDER_SCRIPT = "YOUR_TRAINING_SCRIPT.py"
-"""What launch.command runs when no entrypoint was found: one obvious word to replace
-(doctor's entrypoint row fails until it names a real script)."""
-
-
 def _command_words(root: Path, command: str) -> list[str]:
     """``--command`` split like a shell would; its script or module must exist."""
     import shlex
@@ -716,7 +712,7 @@ def _plan_run(root: Path, ep: Entrypoint, plan: _Plan) -> None:
         output_args.append(
             (
                 _Item(o.flag, f"{o.reason} (default {o.default!r}); kept inside the round"),
-                _Item("{outputs_dir}" if o.primary else f"{{outputs_dir}}/{leaf}"),
+                _Item(f"{{outputs_dir}}/{leaf}"),
             )
         )
     limits = limit_flags(root, ep, plan.command)
@@ -968,7 +964,7 @@ def _expected(plan: _Plan) -> ProjectFileSpec:
             command=tuple(plan.command),
             baseline_config=plan.baseline,
             arg_style=ArgStyle(plan.arg_style) if plan.arg_style else ArgStyle.SPACE,
-            config_style="hydra" if plan.config_style == "hydra" else "flag",
+            config_style=ConfigStyle(plan.config_style or "flag"),
         ),
         run=RunSpec(
             max_rounds=3,

@@ -197,8 +197,8 @@ def analyse_budget(
                 f"{x.flag} = {x.value} is a very long run for one tuning round; choose a "
                 "smaller value (rounds should be short and all equal)"
             )
-        elif not bounded and _unlimited(x.value, x.unit):
-            what = "no value" if x.value is None else f"{x.value}"
+        elif not bounded and x.unit != "time" and _unlimited(x.value, x.unit):
+            what = "not set" if x.value is None else f"{x.value}"
             x.problem = (
                 f"{x.flag} is {what}, which sets no limit: a round would train until its "
                 "timeout; choose a finite value"

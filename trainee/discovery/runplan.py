@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -23,14 +23,24 @@ from trainee.discovery.scan import Entrypoint, command_settings, script_index
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from trainee.spec import ArgSpec
+    from trainee.spec import ArgSpec, ProjectFileSpec
 
 __all__ = [
+    "PLACEHOLDER_SCRIPT",
     "RunView",
+    "check_entrypoint",
+    "check_limits",
+    "check_output",
     "command_target",
     "entry_words",
+    "project_view",
     "run_view",
 ]
+
+
+PLACEHOLDER_SCRIPT = "YOUR_TRAINING_SCRIPT.py"
+"""What launch.command runs when init found no entrypoint: one obvious word to replace
+(doctor's entrypoint row fails until it names a real script)."""
 
 
 class RunView(msgspec.Struct, kw_only=True):
@@ -170,3 +180,132 @@ def entry_words(ep: Entrypoint, command: Sequence[str]) -> list[str]:
     """The words after the entrypoint in a command."""
     index = script_index(ep, command)
     return list(command[index + 1 :]) if index is not None else []
+
+
+# -- readiness checks (trainee doctor's entrypoint, output and limits rows) ----------------------
+
+Verdict = tuple[Literal["pass", "warn", "fail"], str, str]
+"""(status ``pass``/``warn``/``fail``, detail, fix)."""
+
+
+def _words_of(project: ProjectFileSpec) -> list[str]:
+    import shlex
+
+    shell = project.advanced.shell_command
+    if shell:
+        try:
+            return shlex.split(shell)
+        except ValueError:
+            return shell.split()
+    return list(project.launch.command or ())
+
+
+def project_view(root: Path | str, project: ProjectFileSpec) -> RunView | None:
+    """The run view of a project's entrypoint with every constant argument, or None
+    when its command runs no script or module of the project."""
+    from trainee.discovery.scan import discover, entrypoint_for_command
+
+    words = _words_of(project)
+    discovery = discover(root)
+    ep = entrypoint_for_command(root, discovery, words, project.advanced.working_dir)
+    if ep is None:
+        return None
+    return run_view(root, ep, words, [*project.launch.args, *project.run.fixed_args])
+
+
+def check_entrypoint(root: Path | str, project: ProjectFileSpec) -> Verdict:
+    """Does the command's script or module exist?"""
+    words = _words_of(project)
+    kind, target, exists = command_target(root, words, project.advanced.working_dir)
+    fix = "set launch.command to the training command, or run trainee init --force --command '...'"
+    if target == PLACEHOLDER_SCRIPT:
+        return "fail", "launch.command still runs the placeholder " + PLACEHOLDER_SCRIPT, fix
+    if exists is False:
+        where = project.advanced.working_dir
+        what = "script" if kind == "script" else "module (no .py file or __main__.py)"
+        return "fail", f"{target}: no such {what} in {where!r} of the project", fix
+    if exists is None and kind == "module":
+        return "warn", f"module {target} is not in the project; it must be installed", ""
+    if exists is None:
+        return "pass", f"{words[0] if words else '?'} runs no Python file of the project", ""
+    return "pass", f"{kind} {target} exists", ""
+
+
+def check_output(root: Path | str, project: ProjectFileSpec, mode: str) -> Verdict:
+    """Would a guarded round write into the read-only project, with nothing redirecting it?"""
+    if project.output.flag:
+        return "pass", f"{project.output.flag} receives each round's outputs folder", ""
+    if project.output.config_path:
+        return "pass", f"output.{project.output.config_path} is set per round", ""
+    if mode != "guarded":
+        return "pass", "unsafe mode: the job may write anywhere it can", ""
+    view = project_view(root, project)
+    if view is None:
+        return "pass", "no entrypoint of the project is known: output not checked", ""
+    ep = view.entrypoint
+    if project.launch.config_style == "hydra":
+        return "pass", "Hydra's run folder (hydra.run.dir) is each round's outputs folder", ""
+    if view.hydra is not None or ep.framework == "hydra":
+        if "hydra.run.dir" in view.settings:
+            return "pass", "hydra.run.dir is set by the project's arguments", ""
+        return (
+            "fail",
+            f"{ep.path} is a Hydra app: it writes its run folder under outputs/ in the "
+            "read-only project (and a folder under /tmp vanishes with the sandbox)",
+            "set output.flag: hydra.run.dir (or launch.config_style: hydra) in project.yaml",
+        )
+    for o in view.outputs:
+        given = view.settings.get(o.flag) or view.settings.get(o.name)
+        value = given[0] if given else o.default
+        if not isinstance(value, str) or not value or "{outputs_dir}" in value:
+            continue
+        if "{round_dir}" in value or "{trainee_dir}" in value or "{session_dir}" in value:
+            continue
+        where = f" ({given[1]})" if given else " (its default)"
+        fix = (
+            f"set output.flag: {o.flag} in project.yaml"
+            if o.primary
+            else f"add to run.fixed_args: flag {o.flag}, value '{{outputs_dir}}/{o.name}'"
+        )
+        return (
+            "fail",
+            f"{ep.path} writes to {value!r} through {o.flag}{where}: inside the project, "
+            "which guarded rounds cannot write",
+            fix,
+        )
+    return "pass", "no output option writes into the project", ""
+
+
+def check_limits(root: Path | str, project: ProjectFileSpec) -> Verdict:
+    """Is the training budget of a round bounded and reasonable?"""
+    from trainee.discovery.limits import tied_mismatches
+
+    view = project_view(root, project)
+    if view is None:
+        return "pass", "no entrypoint of the project is known: limits not checked", ""
+    budget = view.budget
+    if not budget.limits:
+        return (
+            "warn",
+            f"no training-limit option found in {view.entrypoint.path}: a round ends when "
+            "the script does, or at run.timeout_minutes",
+            "",
+        )
+    problems = budget.problems
+    if problems or not budget.bounded:
+        first = budget.primary if not budget.bounded else problems[0]
+        assert first is not None
+        detail = "; ".join(p.problem or "" for p in problems) or (
+            f"{first.flag} is {first.value}: no limit"
+        )
+        return (
+            "fail",
+            detail,
+            f"set run.fixed_args {first.flag} to a finite value in project.yaml (a short "
+            "budget: every round trains as long)",
+        )
+    mismatch = tied_mismatches(budget)
+    shown = ", ".join(f"{x.flag} = {x.value}" for x in budget.limits if x.value is not None)
+    if mismatch:
+        return "warn", "; ".join(mismatch), "set the tied schedule lengths with the limit"
+    return "pass", f"bounded: {shown}", ""

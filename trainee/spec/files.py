@@ -23,6 +23,7 @@ __all__ = [
     "ArgSpec",
     "ArgStyle",
     "BackendSpec",
+    "ConfigStyle",
     "DataSpec",
     "Environment",
     "FieldPath",
@@ -66,6 +67,15 @@ class ArgStyle(enum.StrEnum):
 
     SPACE = "space"
     EQUALS = "equals"
+
+
+class ConfigStyle(enum.StrEnum):
+    """How the per-round copy of ``launch.baseline_config`` reaches the command:
+    ``flag`` as ``<launch.config_flag> <path>``, ``hydra`` as ``--config-path DIR
+    --config-name NAME`` (a ``@hydra.main`` app), with Hydra's output folder set too."""
+
+    FLAG = "flag"
+    HYDRA = "hydra"
 
 
 class SecurityMode(enum.StrEnum):
@@ -139,10 +149,9 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     env_name: NonEmptyStr | None = None
     command: Annotated[tuple[NonEmptyStr, ...], Meta(min_length=1)]
     baseline_config: NonEmptyStr | None = None
+    config_style: ConfigStyle = ConfigStyle.FLAG
     args: tuple[ArgSpec, ...] = ()
     arg_style: ArgStyle = ArgStyle.SPACE
-    config_style: Literal["flag", "hydra"] = "flag"
-    """``hydra``: the app is a ``@hydra.main`` entrypoint (overrides are ``key=value``)."""
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -179,8 +188,8 @@ class DecisionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 class OutputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``config_path``: the dotted key of the baseline config holding the output folder.
-    ``flag``: a flag (``--out_dir``, ``-o``) or override key (``hydra.run.dir``) that
-    receives the round's outputs folder."""
+    ``flag``: a flag (``--out_dir``, ``-o``) or an override key (``hydra.run.dir``) given
+    the round's outputs folder, rendered with the fixed arguments."""
 
     config_path: ConfigPath | None = None
     flag: ArgFlag | None = None

@@ -95,7 +95,7 @@ EXPECTED = {
         "system",
         None,
         ("python", "train.py"),
-        [("trainer.max_epochs", 5), ("output_dir", "{outputs_dir}")],
+        [("trainer.max_epochs", 5), ("output_dir", "{outputs_dir}/output_dir")],
     ),
     "click": ("system", None, ("python", "train_click.py"), [("--epochs", 10)]),
     "typer": ("system", None, ("python", "main.py"), [("--epochs", 10)]),
