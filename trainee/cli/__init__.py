@@ -103,6 +103,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--baseline-config", default=None, metavar="PATH")
     p.add_argument(
         "--command",
+        dest="train_command",
         default=None,
         metavar="CMD",
         help='the training command, quoted ("python train.py --cfg a.yaml"); '

@@ -126,14 +126,7 @@ def check_launcher(spec: ProjectSpec, env: Mapping[str, str]) -> Check:
             f"{exe!r} is not found on PATH",
             "fix launch.command or the environment",
         )
-    script = next((a for a in argv[1:] if a.endswith(".py")), None)
-    if script and not (Path(spec.working_dir) / script).exists():
-        return _check(
-            "launcher",
-            "fail",
-            f"{script} not found in {spec.working_dir}",
-            "fix launch.command or advanced.working_dir",
-        )
+    # whether the script or module exists is the entrypoint row's
     return _check("launcher", "pass", f"{exe} -> {found}")
 
 

@@ -50,8 +50,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     }
     if args.baseline_config:
         params["baseline_config"] = args.baseline_config
-    if args.command is not None:
-        params["command"] = args.command
+    if args.train_command is not None:
+        params["command"] = args.train_command
     result = daemon_client.call("project_init", params)
     if args.json:
         print_json(result)
