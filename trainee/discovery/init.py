@@ -553,6 +553,8 @@ class _Plan:
     output_flag: _Item | None = None
     config_style: str | None = None
     limits: list[LimitFlag] = field(default_factory=list)
+    launch_args: list[tuple[ArgSpec, str]] = field(default_factory=list)
+    docs_limits: list[ArgSpec] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -579,19 +581,70 @@ def _command_words(root: Path, command: str) -> list[str]:
     return words
 
 
-def _readme_files(root: Path, ep: Entrypoint) -> list[str]:
-    """Positional words of the docs' own command that are files of the project (a
-    config module or file passed to the script: ``python train.py config/small.py``)."""
-    out: list[str] = []
-    for word in ep.readme_args:
-        if word.startswith("-"):
-            break
-        if "=" in word:
-            continue
-        rel = os.path.normpath(word)
+_UNRESOLVED = re.compile(r"[$<>{}`*]|\.\.\.")
+
+
+@dataclass
+class _DocsCommand:
+    """What the docs' own command adds to the entrypoint: positional files for
+    launch.command, constant flags for launch.args, limit values for run.fixed_args."""
+
+    files: list[str] = field(default_factory=list)
+    args: list[ArgSpec] = field(default_factory=list)
+    limits: list[ArgSpec] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+
+def _docs_command(root: Path, ep: Entrypoint) -> _DocsCommand:
+    """The docs' first command for ``ep`` (``python makemore.py -i names.txt -o names``):
+    positional project files, then each ``--flag value``. Output options are left to
+    output.flag, budget options go to run.fixed_args; words with placeholders
+    (``$DATA``, ``<path>``) are dropped and named."""
+    from trainee.discovery.limits import is_limit_key, is_tied_key, parse_value
+    from trainee.discovery.outputs import output_options
+
+    out = _DocsCommand()
+    words = list(ep.readme_args)
+    i = 0
+    while i < len(words) and not words[i].startswith("-") and "=" not in words[i]:
+        rel = os.path.normpath(words[i])
         if rel.startswith("..") or os.path.isabs(rel) or not (root / rel).is_file():
             break
-        out.append(word)
+        out.files.append(words[i])
+        i += 1
+    if ep.framework == "hydra" or ep.hydra_config_name is not None:
+        return out  # the primary config is the baseline; README overrides are variations
+    by_flag = {f: o for o in ep.options for f in o.flags}
+    outputs = {f for o in output_options(ep.options) for f in by_flag if by_flag[f].dest == o.name}
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-") or word in ("-", "--"):
+            out.dropped.append(word)
+            continue
+        flag, eq, value = word.partition("=")
+        option = by_flag.get(flag)
+        val: str | None = value if eq else None
+        takes_value = option is None or option.type != "bool" or option.action is None
+        if not eq and i < len(words) and not words[i].startswith("-") and takes_value:
+            val = words[i]
+            i += 1
+        shown = f"{flag} {val}" if val is not None else flag
+        if _UNRESOLVED.search(shown):
+            out.dropped.append(shown)
+            continue
+        if flag in outputs:
+            out.dropped.append(f"{shown} (output.flag gives each round its own folder)")
+            continue
+        parsed = parse_value(val) if val is not None else None
+        if not isinstance(parsed, int | float | str) and val is not None:
+            parsed = val
+        spec = ArgSpec(flag=flag, value=parsed)
+        dest = option.dest if option is not None else flag
+        if is_limit_key(dest) or is_tied_key(dest):
+            out.limits.append(spec)
+        else:
+            out.args.append(spec)
     return out
 
 
@@ -609,6 +662,7 @@ def _plan(
     ep: Entrypoint | None
     if command is not None:
         ep = entrypoint_for_command(root, d, command)
+        docs = _DocsCommand()
         command_comment = "given with --command"
         if ep is None:
             notes.append(
@@ -617,14 +671,20 @@ def _plan(
             )
     elif d.best is not None:
         ep = d.best
-        files = _readme_files(root, ep)
-        command = [*ep.command, *files]
+        docs = _docs_command(root, ep)
+        command = [*ep.command, *docs.files]
         command_comment = ep.reason
-        if files:
-            command_comment += f"; {' '.join(files)} as in {ep.readme_refs[0]}"
+        if docs.files:
+            command_comment += f"; {' '.join(docs.files)} as in {ep.readme_refs[0]}"
         ep = with_command(root, ep, command)
+        if docs.dropped:
+            notes.append(
+                f"{ep.readme_refs[0]} also passes {', '.join(docs.dropped)}: not copied "
+                "into project.yaml"
+            )
     else:
         ep = None
+        docs = _DocsCommand()
         command = ["python", PLACEHOLDER_SCRIPT]
         command_comment = (
             "NO TRAINING ENTRYPOINT FOUND: replace this with your training command "
@@ -648,6 +708,9 @@ def _plan(
         arg_style="equals" if ep is not None and ep.framework == "configurator" else None,
         notes=notes,
     )
+    where = ep.readme_refs[0] if ep is not None and ep.readme_refs else "the docs"
+    plan.launch_args = [(a, f"as {where} runs it") for a in docs.args]
+    plan.docs_limits = docs.limits
     if baseline is None:
         first = next((c for c in d.config_files if c.kind in ("yaml", "json")), None)
         if first is not None and (ep is None or ep.hydra_config_name is None):
@@ -679,7 +742,8 @@ def _plan(
 
 def _plan_run(root: Path, ep: Entrypoint, plan: _Plan) -> None:
     """Hydra style, the output flag and the pinned budget of ``plan``'s command."""
-    view = run_view(root, ep, plan.command)
+    constant = [a for a, _ in plan.launch_args]
+    view = run_view(root, ep, plan.command, [*constant, *plan.docs_limits])
     set_in_command = {k for k, (_, where) in view.settings.items() if where == "launch.command"}
     if view.hydra is not None or ep.framework == "hydra":
         plan.config_style = "hydra"
@@ -709,13 +773,18 @@ def _plan_run(root: Path, ep: Entrypoint, plan: _Plan) -> None:
         if view.hydra is not None and view.hydra_chdir:
             continue  # relative paths land in the run folder, which trainee sets
         leaf = normalize_name(o.name).rsplit(".", 1)[-1]
+        name = os.path.basename(o.default) if o.is_file else leaf
         output_args.append(
             (
                 _Item(o.flag, f"{o.reason} (default {o.default!r}); kept inside the round"),
-                _Item(f"{{outputs_dir}}/{leaf}"),
+                _Item(f"{{outputs_dir}}/{name}"),
             )
         )
-    limits = limit_flags(root, ep, plan.command)
+    limits = [
+        lim
+        for lim in limit_flags(root, ep, plan.command, [*constant, *plan.docs_limits])
+        if lim.flag not in {a.flag for a in constant}
+    ]
     plan.limits = limits
     budget = view.budget
     choose: LimitFlag | None = None
@@ -762,6 +831,12 @@ def _plan_data(root: Path, d: Discovery, ep: Entrypoint | None, plan: _Plan) -> 
         for option in ep.options:
             if not is_data_option(option.dest) or option.type not in ("str", "path", None):
                 continue
+            if isinstance(option.default, str) and os.path.normpath(option.default or ".") == ".":
+                continue  # '' or '.': a dataset name or the current folder
+            bare = normalize_name(option.dest) in ("data", "dataset", "train_data", "train_dataset")
+            is_dir = isinstance(option.default, str) and (root / option.default).is_dir()
+            if bare and not _FOLDER_HELP.search(option.help or "") and not is_dir:
+                continue  # --dataset imagenet: a name, not a folder
             target = _data_target(option.default, option.default_source, usable)
             if target is None and len(usable) == 1 and option.default is None:
                 target = usable[0].path
@@ -777,6 +852,9 @@ def _plan_data(root: Path, d: Discovery, ep: Entrypoint | None, plan: _Plan) -> 
         plan.data.append(
             (_Item(x.path, x.reason), _Item(flag[0], flag[1]) if flag is not None else None)
         )
+
+
+_FOLDER_HELP = re.compile(r"\b(?:dir|directory|folder|path|root|location)\b", re.I)
 
 
 def _data_target(default: Any, source: str | None, usable: list[Any]) -> str | None:
@@ -899,11 +977,21 @@ def _render_project_yaml(plan: _Plan) -> str:
             f"  config_style: {plan.config_style}"
             + _comment("a @hydra.main app: overrides are key=value")
         )
+    if plan.launch_args:
+        out.append("  args:")
+        for arg, why in plan.launch_args:
+            out.append(f"    - flag: {_scalar(arg.flag)}{_comment(why)}")
+            if arg.value is not None:
+                out.append(f"      value: {_scalar(arg.value)}")
+        out.append("")
+    else:
+        out += [
+            "  # args:            # constant arguments for every round, for example",
+            "  #   - flag: --seed",
+            "  #     value: 0",
+            "",
+        ]
     out += [
-        "  # args:            # constant arguments for every round, for example",
-        "  #   - flag: --seed",
-        "  #     value: 0",
-        "",
         "run:",
         "  max_rounds: 3     # start small; raise it once a round works",
         "  timeout_minutes: 60  # the only hard limit on a running round",
@@ -965,6 +1053,7 @@ def _expected(plan: _Plan) -> ProjectFileSpec:
             baseline_config=plan.baseline,
             arg_style=ArgStyle(plan.arg_style) if plan.arg_style else ArgStyle.SPACE,
             config_style=ConfigStyle(plan.config_style or "flag"),
+            args=tuple(a for a, _ in plan.launch_args),
         ),
         run=RunSpec(
             max_rounds=3,

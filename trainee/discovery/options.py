@@ -1012,6 +1012,23 @@ def _lightning_options(
     kw = _keywords(call)
     classes = _classes(tree)
     out = _known("--", _LIGHTNING_TRAINER)
+    defaults = kw.get("trainer_defaults")
+    if isinstance(defaults, ast.Dict):
+        by_flag = {o.flag: o for o in out}
+        for k, v in zip(defaults.keys, defaults.values, strict=True):
+            ok_k, key = _literal(k, consts)
+            ok_v, value = _literal(v, consts)
+            if not (ok_k and isinstance(key, str) and ok_v) or isinstance(value, list | dict):
+                continue
+            option = by_flag.get(f"--trainer.{key}")
+            if option is None:
+                option = EntryOption(
+                    flag=f"--trainer.{key}", dest=f"trainer.{key}", flags=[f"--trainer.{key}"]
+                )
+                option.type = _value_type(value)
+                out.append(option)
+            option.default = value
+            option.help = (option.help + " (set by trainer_defaults)").strip()
     for index, (key, prefix) in enumerate(
         (("model_class", "--model."), ("datamodule_class", "--data."))
     ):

@@ -33,6 +33,11 @@ _NOT_OUTPUT = re.compile(
     r"(?:^|_)(?:resume|load|init|pretrained|from|input|in|data|dataset|config|cfg|vocab|"
     r"tokenizer|cache|src|source|eval|test|val)(?:_|$)"
 )
+_FILE = re.compile(
+    r"\.(?:pt|pth|bin|ckpt|safetensors|json|jsonl|pkl|pickle|h5|hdf5|npz|npy|onnx|txt|csv|"
+    r"log|yaml|yml|tar|zip|model|keras|joblib)$",
+    re.I,
+)
 _HELP_WRITE = re.compile(
     r"\b(?:output|outputs|save|saved|saving|write|written|store|checkpoints?)\b", re.I
 )
@@ -50,6 +55,9 @@ class OutputOption(msgspec.Struct, kw_only=True):
     default: object = None
     primary: bool
     reason: str
+    is_file: bool = False
+    """The default names a file (``--save model.pt``): the round gets a file in its
+    outputs folder, never the folder itself."""
 
 
 def is_output_key(name: str) -> bool:
@@ -96,11 +104,20 @@ def output_options(options: Iterable[EntryOption]) -> list[OutputOption]:
         if kind is None:
             continue
         score, primary, why = kind
+        is_file = isinstance(o.default, str) and bool(_FILE.search(o.default))
+        if is_file:
+            primary, score = False, score - 50
+            why += f" (a file: {o.default})"
         found.append(
             (
                 score,
                 OutputOption(
-                    flag=o.flag, name=o.dest, default=o.default, primary=primary, reason=why
+                    flag=o.flag,
+                    name=o.dest,
+                    default=o.default,
+                    primary=primary,
+                    reason=why,
+                    is_file=is_file,
                 ),
             )
         )
@@ -112,6 +129,6 @@ def output_options(options: Iterable[EntryOption]) -> list[OutputOption]:
             item.primary = False
         have_primary = have_primary or item.primary
         out.append(item)
-    if not have_primary and out:
+    if not have_primary and out and not out[0].is_file:
         out[0].primary = True
     return out

@@ -1,6 +1,7 @@
-"""The project's own commands, as its README and docs show them.
+"""The project's own commands, as its README, docs and shell scripts show them.
 
-Lines of README.md / README.rst / README.txt and of docs/ pages are read as shell
+Lines of README.md / README.rst / README.txt, of docs/ pages and of the ``*.sh``
+scripts at the root, in scripts/ and bin/ are read as shell
 words; a line that starts a Python program (``python x.py``, ``python -m pkg``,
 ``uv run``, ``torchrun``, ``accelerate launch``, ``deepspeed``, ``python -m
 torch.distributed.run``) becomes a :class:`ReadmeCommand` naming the script or module
@@ -47,6 +48,9 @@ class ReadmeCommand(msgspec.Struct, kw_only=True):
 
 def _doc_files(root: Path) -> list[Path]:
     out = [root / n for n in _README_NAMES if (root / n).is_file()]
+    for sh_dir in (root, root / "scripts", root / "bin"):
+        if sh_dir.is_dir() and not (sh_dir != root and sh_dir.is_symlink()):
+            out += sorted(p for p in sh_dir.glob("*.sh") if p.is_file())[:10]
     for folder in ("docs", "doc"):
         base = root / folder
         if not base.is_dir() or base.is_symlink():

@@ -262,10 +262,11 @@ def check_output(root: Path | str, project: ProjectFileSpec, mode: str) -> Verdi
         if "{round_dir}" in value or "{trainee_dir}" in value or "{session_dir}" in value:
             continue
         where = f" ({given[1]})" if given else " (its default)"
+        name = os.path.basename(value) if o.is_file else o.name
         fix = (
             f"set output.flag: {o.flag} in project.yaml"
             if o.primary
-            else f"add to run.fixed_args: flag {o.flag}, value '{{outputs_dir}}/{o.name}'"
+            else f"add to run.fixed_args: flag {o.flag}, value '{{outputs_dir}}/{name}'"
         )
         return (
             "fail",

@@ -901,13 +901,17 @@ def _data_dirs(root: Path, tree: _Tree, entrypoints: list[Entrypoint]) -> list[D
                 outside=not inside,
             )
             continue
+        if _code_or_config(tree, rel):
+            continue  # a Python package (src/data) or a config group (configs/data)
         n = _count_below(tree, rel)
         found[rel] = DataDir(path=rel, reason=f"folder named '{parts[-1]}' ({n} files)")
     for rel_dir, counts in tree.ext_counts.items():
         if not rel_dir or any(rel_dir == d or rel_dir.startswith(d + "/") for d in found):
             continue
         parts = rel_dir.split("/")
-        if len(parts) > 3 or any(p in _TEST_DIRS for p in parts):
+        if len(parts) > 3 or any(p in _TEST_DIRS or p in _RESULT_DIRS for p in parts):
+            continue
+        if ".py" in counts:
             continue
         total = sum(counts.values())
         data = {e: c for e, c in counts.items() if e in _DATA_EXTS and e != ".txt"}
@@ -919,6 +923,8 @@ def _data_dirs(root: Path, tree: _Tree, entrypoints: list[Entrypoint]) -> list[D
         for o in ep.options:
             if not is_data_option(o.dest) or not isinstance(o.default, str):
                 continue
+            if os.path.normpath(o.default.strip() or ".") == ".":
+                continue  # '' or '.': a name or "the current folder", not a data folder
             target = _relative(root, root / o.default)
             if target and target not in found and (root / target).is_dir():
                 found[target] = DataDir(
@@ -926,6 +932,21 @@ def _data_dirs(root: Path, tree: _Tree, entrypoints: list[Entrypoint]) -> list[D
                 )
     ordered = sorted(found.values(), key=lambda d: (d.path.count("/"), d.path))
     return ordered[:MAX_DATA_DIRS]
+
+
+_RESULT_DIRS = _words("results result output figures plots images_out samples")
+
+
+def _code_or_config(tree: _Tree, rel: str) -> bool:
+    """A folder holding Python code or only config files (not data)."""
+    below = {d: c for d, c in tree.ext_counts.items() if d == rel or d.startswith(rel + "/")}
+    exts: dict[str, int] = {}
+    for counts in below.values():
+        for ext, n in counts.items():
+            exts[ext] = exts.get(ext, 0) + n
+    if ".py" in exts:
+        return True
+    return bool(exts) and set(exts) <= {".yaml", ".yml"}
 
 
 def _count_below(tree: _Tree, rel: str) -> int:
@@ -1019,20 +1040,25 @@ def _config_files(
 # -- training limits -------------------------------------------------------------------------
 
 
-def limit_flags(root: Path | str, ep: Entrypoint, command: Sequence[str]) -> list[LimitFlag]:
+def limit_flags(
+    root: Path | str, ep: Entrypoint, command: Sequence[str], args: Sequence[Any] = ()
+) -> list[LimitFlag]:
     """The budget options of ``ep`` that ``command`` does not set itself, and the
     schedule lengths tied to them, each with the reason to pin it (and a problem when
     its value must be chosen). A Hydra app's come from its composed config, as
-    override keys (``trainer.max_epochs``)."""
+    override keys (``trainer.max_epochs``). ``args`` (ArgSpecs, e.g. the values of the
+    README's own command) give a limit its value instead of the code's default."""
     from trainee.discovery.runplan import run_view
 
-    view = run_view(root, ep, command)
+    view = run_view(root, ep, command, args)
     out: list[LimitFlag] = []
     where = view.hydra.primary if view.hydra is not None else ep.path
     for item in view.budget.limits + view.budget.tied:
-        if item.set_by is not None:
+        if item.set_by == "launch.command":
             continue
         shown = f"default {item.value}" if item.value is not None else "no default"
+        if item.set_by is not None:
+            shown = f"{item.value} as the docs run it"
         if item.kind == "limit":
             reason = (
                 f"{where} {item.flag} ({shown}) limits training; kept the same in every "

@@ -99,7 +99,7 @@ EXPECTED: dict[str, tuple[Any, ...]] = {
         ("python", "-m", "mypkg.train"),
         "--save-dir",
         "flag",
-        [("--epochs", 10)],
+        [("--epochs", 3)],  # as its README runs it
         [],
         {"entrypoint": "pass", "output": "pass", "limits": "pass"},
     ),
@@ -131,6 +131,9 @@ def test_init_on_fixture_projects(tmp_path: Path, name: str) -> None:
     for flag in choose:
         assert any(flag in n and "choose" in n for n in result.notes)
     assert verdicts(root) == rows
+    if name == "charmodel":  # the README's -i names.txt is kept, its -o left to output.flag
+        assert [(a.flag, a.value) for a in spec.launch.args] == [("-i", "names.txt")]
+        assert any("-o names (output.flag" in n for n in result.notes)
 
 
 @pytest.mark.parametrize(("name", "value"), [("charmodel", 300), ("clicky", 2)])
