@@ -90,6 +90,7 @@ async def project_init(ctx: CallContext, params: w.ProjectInitParams) -> InitOut
             baseline_config=params.baseline_config,
             force=params.force,
             command=params.command,
+            env=params.env,
         )
     )
     return InitOutput(

@@ -135,6 +135,7 @@ def init_project(
     baseline_config: str | None = None,
     force: bool = False,
     command: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> InitResult:
     """Create ``<root>/.trainee/``; keep existing files unless ``force``.
 
@@ -151,7 +152,7 @@ def init_project(
     baseline = _check_baseline(root_path, baseline_config) if baseline_config else None
     words = _command_words(root_path, command) if command is not None else None
     discovery = discover(root_path)
-    plan = _plan(root_path, discovery, baseline, words)
+    plan = _plan(root_path, discovery, baseline, words, env)
     generated = _render_project_yaml(plan)
     project = _validate(root_path, generated, plan)
     notes = list(plan.notes)
@@ -649,10 +650,25 @@ def _docs_command(root: Path, ep: Entrypoint) -> _DocsCommand:
 
 
 def _plan(
-    root: Path, d: Discovery, baseline: str | None, command: list[str] | None = None
+    root: Path,
+    d: Discovery,
+    baseline: str | None,
+    command: list[str] | None = None,
+    caller_env: dict[str, str] | None = None,
 ) -> _Plan:
     notes: list[str] = []
     env, env_comment, env_name = d.environment, d.environment_reason, d.env_name
+    if env == "conda" and caller_env is not None:
+        import shutil
+
+        path = caller_env.get("PATH", os.defpath)
+        if not any(shutil.which(x, path=path) for x in ("conda", "mamba", "micromamba")):
+            notes.append(
+                f"{d.environment_reason}, but conda is not on PATH: launch.environment is "
+                "system (the python on your PATH); set environment: conda once conda is "
+                "installed"
+            )
+            env, env_comment, env_name = "system", "conda file found, conda not on PATH", None
     if env == "conda" and not env_name:
         notes.append(
             "a conda environment file names no environment, so launch.environment is "

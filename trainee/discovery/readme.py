@@ -174,7 +174,9 @@ def readme_commands(root: Path) -> list[ReadmeCommand]:
                 w in line for w in ("torchrun", "accelerate", "deepspeed", "uv run")
             ):
                 continue
-            for words in _segments(line):
+            spans = re.findall(r"`([^`]+)`", line) if line.count("`") >= 2 else []
+            pieces = [w for piece in (spans or [line]) for w in _segments(piece)]
+            for words in pieces:
                 parsed = parse_command(words)
                 if parsed is None:
                     continue

@@ -226,7 +226,7 @@ def test_init_command_names_the_entrypoint(tmp_path: Path) -> None:
 def test_entrypoints_by_content_ranked_by_the_readme(tmp_path: Path) -> None:
     d = discover(project("charmodel", tmp_path))
     assert d.best is not None and d.best.path == "charlm.py"
-    assert d.best.readme_refs == ["README.md:6"]
+    assert d.best.readme_refs == ["README.md:6", "README.md:10"]
     d = discover(project("nanolike", tmp_path))
     assert [e.path for e in d.entrypoints][:2] == ["train.py", "sample.py"]
     d = discover(project("pkgmod", tmp_path))
@@ -297,3 +297,70 @@ def test_hydra_composition_follows_group_choices(tmp_path: Path) -> None:
     )
     cfg = compose_hydra(root, ep, ())
     assert cfg is not None and cfg.get("run_dir") == "${hydra:run.dir}"
+
+
+def test_field_patterns(tmp_path: Path) -> None:
+    """A file-valued output option, LightningCLI trainer_defaults with run=False, a
+    dataset *name* option, packages and config groups named data, conda absent."""
+    root = tmp_path / "p"
+    write(
+        root / "main.py",
+        """
+        import argparse
+        p = argparse.ArgumentParser()
+        p.add_argument("--epochs", type=int, default=40)
+        p.add_argument("--save", type=str, default="model.pt", help="path to save the final model")
+        p.add_argument("--dataset", default="", help="dataset type")
+        p.add_argument("--data-dir", metavar="DIR", default="data", help="path to dataset")
+        if __name__ == "__main__":
+            p.parse_args()
+        """,
+    )
+    write(root / "data" / "train.txt", "a b c\n")
+    write(root / "src" / "data" / "__init__.py", "")
+    write(root / "configs" / "data" / "mnist.yaml", "batch_size: 4\n")
+    write(root / "environment.yml", "name: myenv\n")
+    result = init_project(root.resolve(), env={"PATH": str(tmp_path / "empty")})
+    spec = loaded(root)
+    assert spec.launch.environment == "system"
+    assert any("conda is not on PATH" in n for n in result.notes)
+    assert spec.output.flag is None
+    assert [(a.flag, a.value) for a in spec.run.fixed_args] == [
+        ("--epochs", 40),
+        ("--save", "{outputs_dir}/model.pt"),
+    ]
+    assert [(d.path, d.flag) for d in spec.data] == [("data", "--data-dir")]
+    assert check_output(root, spec, "guarded")[0] == "pass"
+
+    cli = tmp_path / "cli"
+    write(
+        cli / "autoencoder.py",
+        """
+        from lightning.pytorch.cli import LightningCLI
+        from lightning.pytorch import LightningModule
+
+
+        class Auto(LightningModule):
+            def __init__(self, hidden_dim: int = 64, learning_rate: float = 1e-3):
+                super().__init__()
+
+
+        def cli_main():
+            cli = LightningCLI(Auto, run=False, trainer_defaults={"max_epochs": 10})
+            cli.trainer.fit(cli.model)
+
+
+        if __name__ == "__main__":
+            cli_main()
+        """,
+    )
+    write(cli / "README.md", "Run `python autoencoder.py --trainer.accelerator cpu`.\n")
+    init_project(cli.resolve())
+    spec = loaded(cli)
+    assert spec.launch.command == ("python", "autoencoder.py")
+    assert [(a.flag, a.value) for a in spec.launch.args] == [("--trainer.accelerator", "cpu")]
+    assert [(a.flag, a.value) for a in spec.run.fixed_args] == [
+        ("--trainer.max_epochs", 10),
+        ("--trainer.max_steps", -1),
+    ]
+    assert check_limits(cli, spec)[0] == "pass"
