@@ -582,6 +582,14 @@ def _command_words(root: Path, command: str) -> list[str]:
     return words
 
 
+_MACHINE_FLAG = re.compile(
+    r"^(?:fp16|bf16|fp16_\w+|half|amp|cuda|no_cuda|use_cuda|gpu|gpus|gpu_ids?|device|devices|"
+    r"accel|accelerator|compile|report_to|wandb\w*|use_wandb|push_to_hub|hub_\w+|deepspeed|"
+    r"local_rank|distributed|world_size|nproc_per_node|dataloader_num_workers|num_workers|"
+    r"workers|tf32|mps|xla|tpu\w*|trainer\.(?:accelerator|devices|precision|strategy))$"
+)
+"""Flags of the docs' command that depend on the machine it ran on (GPU, precision,
+logging services), left out of launch.args."""
 _UNRESOLVED = re.compile(r"[$<>{}`*]|\.\.\.")
 
 
@@ -636,6 +644,9 @@ def _docs_command(root: Path, ep: Entrypoint) -> _DocsCommand:
             continue
         if flag in outputs:
             out.dropped.append(f"{shown} (output.flag gives each round its own folder)")
+            continue
+        if _MACHINE_FLAG.match(normalize_name(flag)):
+            out.dropped.append(f"{shown} (depends on the machine)")
             continue
         parsed = parse_value(val) if val is not None else None
         if not isinstance(parsed, int | float | str) and val is not None:

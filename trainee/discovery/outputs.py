@@ -107,7 +107,7 @@ def output_options(options: Iterable[EntryOption]) -> list[OutputOption]:
         is_file = isinstance(o.default, str) and bool(_FILE.search(o.default))
         if is_file:
             primary, score = False, score - 50
-            why += f" (a file: {o.default})"
+            why = f"option {o.flag} names an output file ({o.default})"
         found.append(
             (
                 score,

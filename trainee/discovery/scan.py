@@ -617,6 +617,10 @@ _NOT_TRAINING = re.compile(
     r"configurator|utils?|helpers?|demo\w*|serve\w*|server|app|make_\w+|build_\w+|score\w*|"
     r"tokeni[sz]\w*|chat\w*|interactive|profile\w*|check\w*|compare\w*|analy[sz]\w*)$"
 )
+_HELPER_WORD = re.compile(
+    r"tokeni[sz]er|prepare|preprocess|download|eval|sample|generate|export|convert|bench|"
+    r"plot|visuali[sz]|vocab|split|clean"
+)
 README_SCORE = 50
 """Bonus of a script the README or docs run (the project's own word)."""
 
@@ -700,6 +704,10 @@ def _entrypoints(
                 if any(p.lower() in _CONFIG_DIR_NAMES for p in parts[:-1]):
                     continue  # a config module (config/train_small.py), not a script
                 named = (named[0] - 30, named[1] + " (but reads no command line)")
+            elif named and not ep.options and ep.framework == "none":
+                named = (named[0] - 20, named[1] + " (reads no options)")
+            if named and _HELPER_WORD.search(name[:-3]) and name[:-3] != "train":
+                named = (named[0] - 35, named[1] + " (a helper's name)")
             scored = named or _content_score(rel, ep)
             if scored is None and refs:
                 scored = (40 - 8 * (len(parts) - 1), f"{name} is run by the docs")

@@ -354,11 +354,14 @@ def test_field_patterns(tmp_path: Path) -> None:
             cli_main()
         """,
     )
-    write(cli / "README.md", "Run `python autoencoder.py --trainer.accelerator cpu`.\n")
+    write(
+        cli / "README.md",
+        "Run `python autoencoder.py --trainer.accelerator cpu --seed_everything 7`.\n",
+    )
     init_project(cli.resolve())
     spec = loaded(cli)
     assert spec.launch.command == ("python", "autoencoder.py")
-    assert [(a.flag, a.value) for a in spec.launch.args] == [("--trainer.accelerator", "cpu")]
+    assert [(a.flag, a.value) for a in spec.launch.args] == [("--seed_everything", 7)]
     assert [(a.flag, a.value) for a in spec.run.fixed_args] == [
         ("--trainer.max_epochs", 10),
         ("--trainer.max_steps", -1),
