@@ -767,6 +767,46 @@ def _plan(
     return plan
 
 
+def has_cuda() -> bool:
+    """Whether this machine shows an NVIDIA GPU (a device node or nvidia-smi)."""
+    import shutil
+
+    return any(Path("/dev").glob("nvidia[0-9]*")) or shutil.which("nvidia-smi") is not None
+
+
+def _machine_args(ep: Entrypoint, options: list[Any]) -> list[tuple[ArgSpec, str]]:
+    """Constant arguments this machine needs: on a machine without a GPU, a device
+    option defaulting to CUDA gets ``cpu`` (and a configurator's ``compile = True``
+    gets False: torch.compile needs a compiler toolchain and is slow to start)."""
+    if has_cuda():
+        return []
+    out: list[tuple[ArgSpec, str]] = []
+    for o in options:
+        leaf = normalize_name(o.dest).rsplit(".", 1)[-1]
+        default = o.default
+        if (
+            leaf == "device"
+            and isinstance(default, str)
+            and default.lower().startswith(("cuda", "gpu"))
+        ):
+            if o.choices and "cpu" not in o.choices:
+                continue
+            out.append(
+                (
+                    ArgSpec(flag=o.flag, value="cpu"),
+                    f"the default {default!r} needs a GPU; none here",
+                )
+            )
+        elif leaf == "compile" and default is True and ep.framework == "configurator":
+            out.append(
+                (
+                    ArgSpec(flag=o.flag, value=False),
+                    "no GPU here: torch.compile only slows a short round",
+                )
+            )
+    return out
+
+
 def _plan_run(root: Path, ep: Entrypoint, plan: _Plan) -> None:
     """Hydra style, the output flag and the pinned budget of ``plan``'s command."""
     constant = [a for a, _ in plan.launch_args]
@@ -787,6 +827,10 @@ def _plan_run(root: Path, ep: Entrypoint, plan: _Plan) -> None:
             )
         else:
             plan.notes.extend(view.hydra.notes)
+    given = {a.flag for a in constant} | set(set_in_command)
+    for arg, why in _machine_args(ep, view.options):
+        if arg.flag not in given and normalize_name(arg.flag) not in given:
+            plan.launch_args.append((arg, why))
     outputs = [o for o in view.outputs if o.name not in set_in_command]
     primary = next((o for o in outputs if o.primary), None)
     output_args: list[tuple[_Item, _Item]] = []

@@ -14,6 +14,7 @@ import pytest
 from tests.unit.discovery.conftest import write
 from trainee.discovery import discover, init_project
 from trainee.discovery.hydra import compose_hydra, hydra_overrides
+from trainee.discovery.init import has_cuda
 from trainee.discovery.readme import parse_command
 from trainee.discovery.runplan import check_entrypoint, check_limits, check_output
 from trainee.errors import ConfigError
@@ -312,6 +313,7 @@ def test_field_patterns(tmp_path: Path) -> None:
         p.add_argument("--save", type=str, default="model.pt", help="path to save the final model")
         p.add_argument("--dataset", default="", help="dataset type")
         p.add_argument("--data-dir", metavar="DIR", default="data", help="path to dataset")
+        p.add_argument("--device", default="cuda", help="device to use for training")
         if __name__ == "__main__":
             p.parse_args()
         """,
@@ -331,6 +333,8 @@ def test_field_patterns(tmp_path: Path) -> None:
     ]
     assert [(d.path, d.flag) for d in spec.data] == [("data", "--data-dir")]
     assert check_output(root, spec, "guarded")[0] == "pass"
+    machine = [] if has_cuda() else [("--device", "cpu")]  # a CUDA default without a GPU
+    assert [(a.flag, a.value) for a in spec.launch.args] == machine
 
     cli = tmp_path / "cli"
     write(
