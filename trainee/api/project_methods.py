@@ -76,14 +76,22 @@ class InitOutput(msgspec.Struct, kw_only=True):
 async def project_init(ctx: CallContext, params: w.ProjectInitParams) -> InitOutput:
     """Create the .trainee/ files of a project (non-destructive unless ``force``).
 
-    Writes project.yaml (from static discovery: entrypoint, environment, fixed
-    limit flags), an empty tuning.yaml, context.md, README.md (what was
-    detected and why), logs/, runs/, artifacts/ and a .gitignore. Existing
-    files are kept and reported as kept.
+    Writes project.yaml (from static discovery: entrypoint or the given
+    ``command``, environment, output flag, fixed limit flags), an empty
+    tuning.yaml, context.md, README.md (what was detected and why), logs/,
+    runs/, artifacts/ and a .gitignore. Existing files are kept and reported as
+    kept; with ``force`` project.yaml is regenerated but fields the user
+    changed are kept (``kept_fields``) or listed with a backup (``replaced_fields``).
     """
     root = project_root_of(ctx, params.project_root)
     result = await anyio.to_thread.run_sync(
-        lambda: init_project(root, baseline_config=params.baseline_config, force=params.force)
+        lambda: init_project(
+            root,
+            baseline_config=params.baseline_config,
+            force=params.force,
+            command=params.command,
+            env=params.env,
+        )
     )
     return InitOutput(
         init=result,

@@ -101,7 +101,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = add("init")
     _add_root(p)
     p.add_argument("--baseline-config", default=None, metavar="PATH")
-    p.add_argument("--force", action="store_true", help="rewrite existing files")
+    p.add_argument(
+        "--command",
+        dest="train_command",
+        default=None,
+        metavar="CMD",
+        help='the training command, quoted ("python train.py --cfg a.yaml"); '
+        "discovery reads its script or module",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="regenerate the files; fields you changed in project.yaml are kept",
+    )
     p.add_argument("--skip-provider-test", action="store_true")
 
     p = add("prepare")

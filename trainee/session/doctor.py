@@ -12,6 +12,7 @@ from typing import Literal
 import anyio
 import msgspec
 
+from trainee.discovery import runplan
 from trainee.errors import ConfigError, InvalidParams, ProviderError, SandboxError, TraineeError
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
@@ -134,14 +135,7 @@ def check_launcher(spec: ProjectSpec, env: Mapping[str, str]) -> Check:
             f"{exe!r} is not found on PATH",
             "fix launch.command or the environment",
         )
-    script = next((a for a in argv[1:] if a.endswith(".py")), None)
-    if script and not (Path(spec.working_dir) / script).exists():
-        return _check(
-            "launcher",
-            "fail",
-            f"{script} not found in {spec.working_dir}",
-            "fix launch.command or advanced.working_dir",
-        )
+    # whether the script or module exists is the entrypoint row's
     return _check("launcher", "pass", f"{exe} -> {found}")
 
 
@@ -187,27 +181,34 @@ def check_paths(spec: ProjectSpec) -> Check:
     )
 
 
-def check_output(spec: ProjectSpec) -> Check:
-    if spec.output.flag:
-        return _check(
-            "output", "pass", f"output.flag {spec.output.flag} gets each round's outputs/"
-        )
-    if spec.launch.config_style == ConfigStyle.HYDRA:
-        return _check(
-            "output", "pass", "config_style hydra: hydra.run.dir is each round's outputs/"
-        )
+def check_entrypoint(spec: ProjectSpec) -> Check:
+    """The command's script or module exists in the project."""
+    status, detail, fix = runplan.check_entrypoint(spec.project_root, spec.to_project_file())
+    return _check("entrypoint", status, detail, fix)
+
+
+def check_output(spec: ProjectSpec, mode: str = SecurityMode.GUARDED) -> Check:
+    """A guarded round must not write into the read-only project unredirected."""
     if spec.output.config_path:
         return _check(
             "output", "pass", f"output.{spec.output.config_path} found in the baseline config"
         )
-    if spec.baseline_config:
+    project = spec.to_project_file()
+    status, detail, fix = runplan.check_output(spec.project_root, project, mode)
+    if status == "pass" and spec.baseline_config and not spec.output.flag:
         return _check(
             "output",
             "warn",
             "output.config_path is not set: the job's outputs go wherever its config says",
             "set output.config_path to the baseline config key of the output folder",
         )
-    return _check("output", "pass", "no baseline config")
+    return _check("output", status, detail, fix)
+
+
+def check_limits(spec: ProjectSpec) -> Check:
+    """The training budget of a round is set and finite."""
+    status, detail, fix = runplan.check_limits(spec.project_root, spec.to_project_file())
+    return _check("limits", status, detail, fix)
 
 
 def _finished_ok(layout: ProjectLayout, log: Path) -> bool:
@@ -341,7 +342,9 @@ async def run_doctor(
         sync_checks: list[tuple[str, Callable[[], Check]]] = [
             ("data", lambda: check_data(spec)),
             ("paths", lambda: check_paths(spec)),
-            ("output", lambda: check_output(spec)),
+            ("entrypoint", lambda: check_entrypoint(spec)),
+            ("output", lambda: check_output(spec, mode)),
+            ("limits", lambda: check_limits(spec)),
             ("metrics", lambda: check_metrics_on_last_log(spec)),
             ("environment", lambda: check_environment(spec, env)),
             ("launcher", lambda: check_launcher(spec, env)),

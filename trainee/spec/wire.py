@@ -212,6 +212,8 @@ class ProjectInitParams(Wire):
     project_root: str
     baseline_config: str | None = None
     force: bool = False
+    command: str | None = None
+    """The training command (split like a shell); its script or module must exist."""
     skip_provider_test: bool = False
     env: dict[str, str] | None = None
 

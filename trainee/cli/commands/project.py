@@ -50,6 +50,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     }
     if args.baseline_config:
         params["baseline_config"] = args.baseline_config
+    if args.train_command is not None:
+        params["command"] = args.train_command
     result = daemon_client.call("project_init", params)
     if args.json:
         print_json(result)
@@ -63,12 +65,33 @@ def cmd_init(args: argparse.Namespace) -> int:
     sys.stdout.write(f"environment: {disc['environment']} ({disc['environment_reason']})\n")
     if init.get("entrypoint"):
         sys.stdout.write(f"entrypoint: {init['entrypoint']}\n")
+    else:
+        sys.stdout.write("entrypoint: NOT FOUND (see the note below)\n")
+    if init.get("command"):
+        sys.stdout.write(f"command: {' '.join(init['command'])}\n")
+    if init.get("output_flag"):
+        sys.stdout.write(f"output: {init['output_flag']} receives each round's outputs folder\n")
+    for lim in init.get("limits", []):
+        mark = f"  <- {lim['problem']}" if lim.get("problem") else ""
+        sys.stdout.write(f"{lim['kind']}: {lim['flag']} = {lim['value']}{mark}\n")
+    for change in init.get("kept_fields", []):
+        sys.stdout.write(
+            f"kept your {change['field']}: {change['yours']!r} (init would write "
+            f"{change['generated']!r})\n"
+        )
+    for change in init.get("replaced_fields", []):
+        sys.stdout.write(
+            f"replaced {change['field']}: {change['yours']!r} -> {change['generated']!r} "
+            f"({change['reason']})\n"
+        )
+    if init.get("backup"):
+        sys.stdout.write(f"backup of the old project.yaml: {init['backup']}\n")
     for note in init.get("notes", []):
         sys.stdout.write(f"note: {note}\n")
     _provider_line(result.get("provider_test"))
     sys.stdout.write(
-        "next: review .trainee/project.yaml (set output.config_path if the baseline config "
-        "holds the output folder), then `trainee prepare`\n"
+        "next: review .trainee/project.yaml (values marked CHOOSE must be set), then "
+        "`trainee prepare`\n"
     )
     return 0
 
