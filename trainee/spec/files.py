@@ -276,10 +276,12 @@ class ParamSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 
 class TuningFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``.trainee/tuning.yaml``."""
+    """``.trainee/tuning.yaml``. ``constraints``: conditions every round's values must
+    keep (``"n_embd % n_head == 0"``; see :mod:`trainee.spec.constraints`)."""
 
     version: Literal[1] = 1
     params: tuple[ParamSpec, ...] = ()
+    constraints: Annotated[tuple[NonEmptyStr, ...], Meta(max_length=64)] = ()
 
 
 # -- Struct -> YAML data ---------------------------------------------------------
