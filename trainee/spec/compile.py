@@ -83,7 +83,14 @@ SHELL_PLACEHOLDERS: tuple[str, ...] = (
 """The ``{name}`` variables ``advanced.shell_command`` may use."""
 
 _REGEX_SOURCES = (MetricSource.STDOUT_REGEX, MetricSource.LOG_REGEX, MetricSource.LOG_FILE_REGEX)
-_PATH_SOURCES = (MetricSource.LOG_FILE_REGEX, MetricSource.JSONL, MetricSource.WANDB_SUMMARY)
+_PATH_SOURCES = (
+    MetricSource.LOG_FILE_REGEX,
+    MetricSource.JSONL,
+    MetricSource.TENSORBOARD,
+    MetricSource.CSV,
+)
+_NAME_SOURCES = (MetricSource.TENSORBOARD, MetricSource.CSV)
+"""Sources whose key is a tag or column name (any text on one line)."""
 _FILE_SIGNALS = (SignalType.LOG_FILE_MTIME, SignalType.HEARTBEAT_FILE)
 _GLOB = re.compile(r"[*?\[]")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -412,6 +419,14 @@ class _Compiler:
             source = MetricSource(m.source)
             if source in _REGEX_SOURCES:
                 self._check_regex((*base, "key_or_pattern"), m.key_or_pattern)
+            elif source in _NAME_SOURCES:
+                what = "a scalar tag" if source == MetricSource.TENSORBOARD else "a column name"
+                if not m.key_or_pattern.strip() or not m.key_or_pattern.isprintable():
+                    raise self.fail(
+                        self.psrc,
+                        (*base, "key_or_pattern"),
+                        f"must be {what} on one line for source {source}, got {m.key_or_pattern!r}",
+                    )
             elif not re.fullmatch(r"[^.\s]+(\.[^.\s]+)*", m.key_or_pattern):
                 raise self.fail(
                     self.psrc,
@@ -422,8 +437,15 @@ class _Compiler:
                 if m.path is None:
                     raise self.fail(self.psrc, (*base, "path"), f"required for source {source}")
                 self._runtime_path((*base, "path"), m.path)
+            elif source == MetricSource.WANDB_SUMMARY:
+                if m.path is not None:
+                    self._runtime_path((*base, "path"), m.path)
             elif m.path is not None:
-                hint = " (log_regex reads advanced.log_paths)" if source == "log_regex" else ""
+                hint = (
+                    " (log_regex reads advanced.log_paths)"
+                    if source == MetricSource.LOG_REGEX
+                    else ""
+                )
                 raise self.fail(
                     self.psrc, (*base, "path"), f"not used by source {source}{hint}; remove it"
                 )
@@ -474,6 +496,15 @@ class _Compiler:
         for i, m in enumerate(self.project.metrics.specs):
             if m.path is not None:
                 paths.append((("metrics", "specs", i, "path"), m.path))
+            elif m.source == MetricSource.WANDB_SUMMARY:
+                raise self.fail(
+                    self.psrc,
+                    ("metrics", "specs", i, "path"),
+                    f"with run.parallel {self.project.run.parallel} rounds run at once, so the "
+                    "newest W&B run may be another round's; set path to a per-round summary "
+                    "(e.g. {round_dir}/wandb/*run-*/files/wandb-summary.json, with the job's "
+                    "WANDB_DIR set to {round_dir})",
+                )
         adv = self.project.advanced
         paths += [(("advanced", "log_paths", i), p) for i, p in enumerate(adv.log_paths)]
         for i, sig in enumerate(adv.signal_sources):
