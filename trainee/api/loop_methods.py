@@ -420,7 +420,11 @@ async def prompt_preview(ctx: CallContext, params: w.PromptPreviewParams) -> Pro
                 )
     baseline = {t.name: t.baseline for t in spec.tunables}
     messages = build_messages(
-        prompt_parts(spec, settings), state, spec.tunables, baseline_params=baseline
+        prompt_parts(spec, settings),
+        state,
+        spec.tunables,
+        baseline_params=baseline,
+        constraints=spec.constraints,
     )
     return PromptPreviewResult(
         messages=messages,

@@ -15,10 +15,12 @@ import msgspec
 from trainee.discovery import runplan
 from trainee.errors import ConfigError, InvalidParams, ProviderError, SandboxError, TraineeError
 from trainee.launch.backends import make_backend
-from trainee.launch.layout import ProjectLayout
+from trainee.launch.layout import ProjectLayout, parse_session_id
 from trainee.launch.render import command_prefix
 from trainee.launch.sandbox import check_bwrap
 from trainee.metrics.extract import Extractor
+from trainee.metrics.tb_source import INSTALL_HINT as TB_INSTALL_HINT
+from trainee.metrics.tb_source import tensorboard_available
 from trainee.monitor.tail import INDEX_SUFFIX, READ_CAP, FileTail
 from trainee.session.policy import POLICIES
 from trainee.spec import (
@@ -29,6 +31,7 @@ from trainee.spec import (
     SecurityMode,
     load_project,
 )
+from trainee.spec.goals import infer_goal
 
 Status = Literal["pass", "warn", "fail"]
 
@@ -243,33 +246,81 @@ def _feed_round_log(extractor: Extractor, log: Path) -> None:
 
 
 def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
-
+    """The metric specs tried on the last finished round: its log for the stdout
+    specs, its files for the file sources (jsonl, tensorboard, csv, wandb_summary)."""
+    if any(m.source == MetricSource.TENSORBOARD for m in spec.metrics.specs) and not (
+        tensorboard_available()
+    ):
+        return _check("metrics", "fail", TB_INSTALL_HINT, "pip install 'trainee[tensorboard]'")
+    contradicted = _goal_contradictions(spec)
     layout = ProjectLayout.for_root(spec.project_root)
     logs = sorted(
         (p for p in layout.artifacts.glob("session-*/round-*.log") if _finished_ok(layout, p)),
         key=lambda p: p.stat().st_mtime,
     )
     if not logs:
+        if contradicted:
+            return _check("metrics", "warn", contradicted, _GOAL_FIX)
         return _check("metrics", "pass", "no finished round log to try the metric specs on")
     last = logs[-1]
     shown = f"{last.parent.name}/{last.name}"
-    extractor = Extractor(spec.metrics.specs, placeholders={}, project_root=spec.project_root)
+    rnd = layout.session(parse_session_id(last.parent.name)).round(int(last.stem.split("-")[-1]))
+    extractor = Extractor(
+        spec.metrics.specs,
+        placeholders=rnd.placeholders(),
+        project_root=spec.project_root,
+        wandb_dirs=(str(layout.cache_dirs()["WANDB_DIR"]), spec.working_dir),
+    )
     _feed_round_log(extractor, last)
-    found = extractor.result().finals
-    checked = [m for m in spec.metrics.specs if m.source == MetricSource.STDOUT_REGEX]
+    extractor.read_files()
+    result = extractor.result()
+    found = result.finals
+    checked = [m for m in spec.metrics.specs if m.source in _CHECKED_SOURCES]
     silent = [m.name for m in checked if m.name not in found]
     if silent:
+        why = [f"{w.metric}: {w.message}" for w in result.warnings if w.metric in silent]
         return _check(
             "metrics",
             "fail",
-            f"on {shown}: no match for {', '.join(silent)}; matched {', '.join(sorted(found)) or 'nothing'}",
-            "fix metrics.specs[].key_or_pattern against that log",
+            f"on {shown}: no value for {', '.join(silent)}; matched "
+            f"{', '.join(sorted(found)) or 'nothing'}"
+            + (f" ({'; '.join(why[:3])})" if why else ""),
+            "fix metrics.specs[].key_or_pattern (and path) against that round's log and files",
+        )
+    if contradicted:
+        return _check(
+            "metrics",
+            "warn",
+            f"on {shown}: matched {', '.join(sorted(found))}; {contradicted}",
+            _GOAL_FIX,
         )
     return _check(
         "metrics",
         "pass",
-        f"on {shown}: matched {', '.join(sorted(found)) or '(no stdout specs)'}",
+        f"on {shown}: matched {', '.join(sorted(found)) or '(no stdout or file specs)'}",
     )
+
+
+_CHECKED_SOURCES = (
+    MetricSource.STDOUT_REGEX,
+    MetricSource.JSONL,
+    MetricSource.TENSORBOARD,
+    MetricSource.CSV,
+    MetricSource.WANDB_SUMMARY,
+)
+"""Sources doctor can try on a finished round (log_regex specs read live logs only)."""
+
+_GOAL_FIX = "check metrics.specs[].goal (min: lower is better, max: higher is better)"
+
+
+def _goal_contradictions(spec: ProjectSpec) -> str:
+    """The specs whose goal contradicts their name (``val_acc`` with goal min), said once."""
+    wrong = []
+    for m in spec.metrics.specs:
+        named = infer_goal(m.name)
+        if named is not None and named != m.goal:
+            wrong.append(f"{m.name} has goal {m.goal} but its name says {named}")
+    return "; ".join(wrong)
 
 
 async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Check:

@@ -166,13 +166,13 @@ class SessionManager:
             else _seed(record)
         )
         if record.policy == "random":
-            return RandomPolicy(seed=seed)
+            return RandomPolicy(seed=seed, constraints=spec.constraints)
         if record.policy == "external":
-            return ExternalPolicy()
+            return ExternalPolicy(constraints=spec.constraints)
         if record.policy == "tpe":
             from trainee.session.optuna_policy import TpePolicy
 
-            return TpePolicy(seed=seed)
+            return TpePolicy(seed=seed, constraints=spec.constraints)
         if record.policy in ("llm", "hybrid"):
             settings = load_settings(record.env)
             journal = await self.journal(spec.project_root)
@@ -180,8 +180,8 @@ class SessionManager:
             if record.policy == "hybrid":
                 from trainee.session.hybrid_policy import HybridPolicy
 
-                return HybridPolicy(settings, parts, seed=seed)
-            return LlmPolicy(settings, parts)
+                return HybridPolicy(settings, parts, seed=seed, constraints=spec.constraints)
+            return LlmPolicy(settings, parts, constraints=spec.constraints)
         raise InvalidParams(
             f"decision policy {record.policy!r} is not available in this version",
             {"field": "policy", "reason": "not available"},

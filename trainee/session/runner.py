@@ -34,10 +34,11 @@ from trainee.errors import (
 from trainee.launch.backends import Backend, JobRef, JobState, RoundJob, make_backend
 from trainee.launch.backends.base import clear_job_files
 from trainee.launch.layout import ProjectLayout, RoundLayout, SessionLayout
-from trainee.launch.render import render_round
+from trainee.launch.render import build_env, render_round
 from trainee.launch.sandbox import check_bwrap, wrap
 from trainee.llm.settings import load_settings
 from trainee.metrics.extract import Extractor
+from trainee.metrics.tb_source import require_tensorboard
 from trainee.monitor.activity import Activity
 from trainee.monitor.process import ExitInfo
 from trainee.monitor.tail import Line, tail_files
@@ -189,6 +190,7 @@ class SessionRunner:
         if self._security_mode() == SecurityMode.GUARDED and self.backend.name == "local":
             # cluster jobs check for bwrap on their node (the round fails there without it)
             await anyio.to_thread.run_sync(check_bwrap)
+        require_tensorboard(spec.metrics.specs)
         rounds = await self.store.list_rounds(self.record.index)
         self.state = self._rebuild_state(spec, rounds)
         policy = await self.policy_factory(
@@ -712,6 +714,11 @@ class SessionRunner:
             spec.metrics.specs,
             placeholders=placeholders,
             project_root=str(self.layout.project_root),
+            # a wandb_summary without path: the newest W&B run of this round, found
+            # below the round's WANDB_DIR or the working folder (its summary is written
+            # while the job runs, so after this time)
+            wandb_dirs=(build_env(spec, rnd, {}, create=False)["WANDB_DIR"], spec.working_dir),
+            since=rec.started_at or time.time(),
         )
         # Re-parse from the start for metrics; show only what was not shown before.
         shown_until = rec.log_offset if readopted else 0
@@ -818,12 +825,24 @@ class SessionRunner:
                     )
                     self.emit("activity", {"round": rec.index, "last_activity_at": last_activity})
 
+        async def poll_metric_files() -> None:
+            """The tensorboard and csv sources, read again every heartbeat interval."""
+            while True:
+                await anyio.sleep(spec.advanced.heartbeat_interval_sec)
+                points = await anyio.to_thread.run_sync(extractor.poll_files)
+                if points:
+                    rows = [(p.name, p.value, p.step, p.seq) for p in points]
+                    await self.store.add_points(self.record.index, rec.index, rows)
+                    self.emit("metric", {"round": rec.index, "points": rows[-500:]})
+
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(run_tail)
                 tg.start_soon(stop_watcher)
                 if mtime_globs or heartbeat_globs:
                     tg.start_soon(watch_signals)
+                if extractor.polled:
+                    tg.start_soon(poll_metric_files)
                 exit_info = await backend.wait(ref, job, on_state=on_state)
                 stop_tail.set()
                 # the tailer drains every file to its end after ``stop``, then returns

@@ -13,12 +13,15 @@ import enum
 import math
 import os
 import re
+import string
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar, cast
 
 import msgspec
 
 from trainee.errors import ConfigError
+from trainee.spec.constraints import Constraint, parse_constraint, unknown_name_reason
 from trainee.spec.files import (
     AdvancedSpec,
     ConfigStyle,
@@ -71,7 +74,14 @@ PATH_PLACEHOLDERS: dict[str, str] = {
 
 
 _REGEX_SOURCES = (MetricSource.STDOUT_REGEX, MetricSource.LOG_REGEX, MetricSource.LOG_FILE_REGEX)
-_PATH_SOURCES = (MetricSource.LOG_FILE_REGEX, MetricSource.JSONL, MetricSource.WANDB_SUMMARY)
+_PATH_SOURCES = (
+    MetricSource.LOG_FILE_REGEX,
+    MetricSource.JSONL,
+    MetricSource.TENSORBOARD,
+    MetricSource.CSV,
+)
+_NAME_SOURCES = (MetricSource.TENSORBOARD, MetricSource.CSV)
+"""Sources whose key is a tag or column name (any text on one line)."""
 _FILE_SIGNALS = (SignalType.LOG_FILE_MTIME, SignalType.HEARTBEAT_FILE)
 _GLOB = re.compile(r"[*?\[]")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -141,6 +151,8 @@ class ProjectSpec(msgspec.Struct, frozen=True, kw_only=True):
     llm: LlmBudgetSpec
     decision: DecisionSpec
     tunables: tuple[TunableSpec, ...]
+    constraints: tuple[Constraint, ...] = ()
+    """tuning.yaml's constraints, parsed, with the fixed values they name bound."""
 
     @property
     def root_path(self) -> Path:
@@ -169,7 +181,11 @@ class ProjectSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     def to_tuning_file(self) -> TuningFileSpec:
         """The tuning.yaml Struct this spec was compiled from."""
-        return TuningFileSpec(version=1, params=tuple(t.param for t in self.tunables))
+        return TuningFileSpec(
+            version=1,
+            params=tuple(t.param for t in self.tunables),
+            constraints=tuple(c.text for c in self.constraints),
+        )
 
 
 class Source(NamedTuple):
@@ -291,6 +307,7 @@ class _Compiler:
         self._check_metrics()
         self._check_advanced()
         tunables = self._check_params()
+        constraints = self._check_constraints(tunables)
         return ProjectSpec(
             project_root=str(self.root),
             trainee_dir=str(self.trainee_lexical),
@@ -308,6 +325,7 @@ class _Compiler:
             llm=p.llm,
             decision=p.decision,
             tunables=tunables,
+            constraints=constraints,
         )
 
     # -- project.yaml -------------------------------------------------------------------
@@ -481,6 +499,14 @@ class _Compiler:
             source = MetricSource(m.source)
             if source in _REGEX_SOURCES:
                 self._check_regex((*base, "key_or_pattern"), m.key_or_pattern)
+            elif source in _NAME_SOURCES:
+                what = "a scalar tag" if source == MetricSource.TENSORBOARD else "a column name"
+                if not m.key_or_pattern.strip() or not m.key_or_pattern.isprintable():
+                    raise self.fail(
+                        self.psrc,
+                        (*base, "key_or_pattern"),
+                        f"must be {what} on one line for source {source}, got {m.key_or_pattern!r}",
+                    )
             elif not re.fullmatch(r"[^.\s]+(\.[^.\s]+)*", m.key_or_pattern):
                 raise self.fail(
                     self.psrc,
@@ -491,8 +517,15 @@ class _Compiler:
                 if m.path is None:
                     raise self.fail(self.psrc, (*base, "path"), f"required for source {source}")
                 self._runtime_path((*base, "path"), m.path)
+            elif source == MetricSource.WANDB_SUMMARY:
+                if m.path is not None:
+                    self._runtime_path((*base, "path"), m.path)
             elif m.path is not None:
-                hint = " (log_regex reads advanced.log_paths)" if source == "log_regex" else ""
+                hint = (
+                    " (log_regex reads advanced.log_paths)"
+                    if source == MetricSource.LOG_REGEX
+                    else ""
+                )
                 raise self.fail(
                     self.psrc, (*base, "path"), f"not used by source {source}{hint}; remove it"
                 )
@@ -543,6 +576,15 @@ class _Compiler:
         for i, m in enumerate(self.project.metrics.specs):
             if m.path is not None:
                 paths.append((("metrics", "specs", i, "path"), m.path))
+            elif m.source == MetricSource.WANDB_SUMMARY:
+                raise self.fail(
+                    self.psrc,
+                    ("metrics", "specs", i, "path"),
+                    f"with run.parallel {self.project.run.parallel} rounds run at once, so the "
+                    "newest W&B run may be another round's; set path to a per-round summary "
+                    "(e.g. {round_dir}/wandb/*run-*/files/wandb-summary.json, with the job's "
+                    "WANDB_DIR set to {round_dir})",
+                )
         adv = self.project.advanced
         paths += [(("advanced", "log_paths", i), p) for i, p in enumerate(adv.log_paths)]
         for i, sig in enumerate(adv.signal_sources):
@@ -1008,6 +1050,78 @@ class _Compiler:
                         (*base, name),
                         f"{label}: log scale needs values > 0, got {value!r}",
                     )
+
+    def _check_constraints(self, tunables: tuple[TunableSpec, ...]) -> tuple[Constraint, ...]:
+        """Each constraint parses, names tunables (with a baseline value) or fixed values,
+        and holds for the baseline."""
+        by_name = {t.name: t for t in tunables}
+        fixed = self._fixed_values()
+        out: list[Constraint] = []
+        for i, text in enumerate(self.tuning.constraints):
+            where: FieldPath = ("constraints", i)
+            try:
+                constraint = parse_constraint(text)
+            except ConfigError as exc:
+                raise self.fail(self.tsrc, where, exc.reason or exc.message) from None
+            bound: dict[str, Value] = {}
+            for name in constraint.names:
+                tunable = by_name.get(name)
+                if tunable is not None:
+                    if tunable.baseline is None:
+                        raise self.fail(
+                            self.tsrc,
+                            where,
+                            f"param '{name}' has no baseline value (no default, no baseline "
+                            "config value), so the constraint cannot be checked; give it a "
+                            "default",
+                        )
+                    continue
+                value = fixed(name)
+                if value is None:
+                    raise self.fail(self.tsrc, where, unknown_name_reason(name, sorted(by_name)))
+                bound[name] = value
+            if not any(n in by_name for n in constraint.names):
+                raise self.fail(
+                    self.tsrc,
+                    where,
+                    f"`{text}` names no tunable param, so no round can change it; "
+                    "remove it or name a param of tuning.yaml",
+                )
+            constraint = constraint.bind(bound)
+            baseline = {t.name: t.baseline for t in tunables}
+            problem = constraint.problem(baseline)
+            if problem is not None:
+                raise self.fail(
+                    self.tsrc,
+                    where,
+                    f"the baseline breaks it: {problem}; fix the constraint or the defaults",
+                )
+            out.append(constraint)
+        return tuple(out)
+
+    def _fixed_values(self) -> Callable[[str], Value | None]:
+        """A lookup of the fixed values a constraint may name besides the tunables: a
+        constant argument (``--grad_accum 4`` is ``grad_accum``), else a top-level key
+        of the baseline config."""
+        args: dict[str, Value] = {}
+        for arg in (*self.project.run.fixed_args, *self.project.launch.args):
+            key = _strip_override(arg.flag).lstrip("-").replace("-", "_")
+            if key.isidentifier() and arg.value is not None:
+                args.setdefault(key, arg.value)
+
+        def lookup(name: str) -> Value | None:
+            if name in args:
+                return args[name]
+            doc = self._baseline_doc
+            if doc is not None and "." not in name and doc.has(name):
+                value = doc.get(name)
+                if isinstance(value, int | float | str) and not (
+                    isinstance(value, float) and not math.isfinite(value)
+                ):
+                    return value
+            return None
+
+        return lookup
 
 
 # -- small helpers --------------------------------------------------------------------------

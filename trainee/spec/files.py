@@ -89,6 +89,8 @@ class MetricSource(enum.StrEnum):
     LOG_FILE_REGEX = "log_file_regex"
     JSONL = "jsonl"
     WANDB_SUMMARY = "wandb_summary"
+    TENSORBOARD = "tensorboard"
+    CSV = "csv"
 
 
 class Goal(enum.StrEnum):
@@ -202,9 +204,11 @@ class OutputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
 
 class MetricSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``key_or_pattern`` is a regex for the ``*_regex`` sources and a key or dotted
-    path for ``jsonl``/``wandb_summary``; ``path`` (glob allowed) is the file read by
-    ``log_file_regex``, ``jsonl`` and ``wandb_summary``."""
+    """``key_or_pattern`` is a regex for the ``*_regex`` sources, a key or dotted path
+    for ``jsonl``/``wandb_summary``, a scalar tag for ``tensorboard`` and a column for
+    ``csv``; ``path`` (glob allowed) is the file read by ``log_file_regex``, ``jsonl``,
+    ``tensorboard`` (event files or their folder), ``csv`` and ``wandb_summary`` (which
+    finds the round's W&B run without it)."""
 
     name: MetricName
     source: MetricSource
@@ -296,10 +300,12 @@ class ParamSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 
 class TuningFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``.trainee/tuning.yaml``."""
+    """``.trainee/tuning.yaml``. ``constraints``: conditions every round's values must
+    keep (``"n_embd % n_head == 0"``; see :mod:`trainee.spec.constraints`)."""
 
     version: Literal[1] = 1
     params: tuple[ParamSpec, ...] = ()
+    constraints: Annotated[tuple[NonEmptyStr, ...], Meta(max_length=64)] = ()
 
 
 # -- Struct -> YAML data ---------------------------------------------------------

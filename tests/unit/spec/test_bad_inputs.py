@@ -190,7 +190,8 @@ CASES: list[Bad] = [
     Bad(
         "metric-source-enum",
         "metrics.specs[0].source",
-        "expected one of: stdout_regex, log_regex, log_file_regex, jsonl, wandb_summary",
+        "expected one of: stdout_regex, log_regex, log_file_regex, jsonl, wandb_summary, "
+        "tensorboard, csv",
         MIN + "metrics:\n  specs:\n    - name: acc\n      source: stdout  #<\n"
         "      key_or_pattern: 'acc=(\\d+)'\n",
     ),
