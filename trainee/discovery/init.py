@@ -23,6 +23,7 @@ from typing import Any, Literal
 import msgspec
 
 from trainee.discovery.context import build_context, write_context
+from trainee.discovery.metrics import MetricProposal, propose_metrics
 from trainee.discovery.scan import (
     Discovery,
     Entrypoint,
@@ -45,6 +46,7 @@ from trainee.spec import (
     DataSpec,
     Environment,
     LaunchSpec,
+    MetricsSpec,
     ProjectFileSpec,
     RunSpec,
     TuningFileSpec,
@@ -94,6 +96,8 @@ class InitResult(msgspec.Struct, kw_only=True):
     baseline_config: str | None = None
     entrypoint: str | None = None
     notes: list[str] = msgspec.field(default_factory=list)
+    metrics: list[MetricProposal] = msgspec.field(default_factory=list)
+    """The metric specs written to project.yaml (the first is the primary metric)."""
 
 
 class PrepareResult(msgspec.Struct, kw_only=True):
@@ -189,6 +193,7 @@ def init_project(
         baseline_config=baseline,
         entrypoint=plan.entrypoint.path if plan.entrypoint else None,
         notes=notes,
+        metrics=plan.metrics,
     )
 
 
@@ -302,6 +307,7 @@ class _Plan:
     data: list[tuple[_Item, _Item | None]] = field(default_factory=list)
     fixed_args: list[tuple[_Item, _Item]] = field(default_factory=list)
     metric_name: str | None = None
+    metrics: list[MetricProposal] = field(default_factory=list)
     output_hint: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -353,6 +359,7 @@ def _plan(root: Path, d: Discovery, baseline: str | None) -> _Plan:
         plan.metric_name = next(
             (m for m in ep.metric_names if m not in ("loss", "total_loss")), None
         )
+        _plan_metrics(root, ep, plan)
         if (
             baseline is not None
             and ep.framework != "none"
@@ -372,6 +379,28 @@ def _plan(root: Path, d: Discovery, baseline: str | None) -> _Plan:
     if baseline is not None:
         plan.output_hint = _output_key_hint(root / baseline)
     return plan
+
+
+def _plan_metrics(root: Path, ep: Entrypoint, plan: _Plan) -> None:
+    """The metric specs: the primary (a validation or test metric the code prints) and
+    up to two more that are not training metrics; none when only a training loss is
+    printed (the built-in ``loss`` covers it)."""
+    report = propose_metrics(root, ep)
+    plan.notes += report.notes
+    primary = report.primary
+    if primary is None:
+        if report.proposals:
+            plan.notes.append(
+                f"{ep.path} prints only training metrics ({report.proposals[0].name}); rounds "
+                "are ranked by the training loss: print a validation metric and add it "
+                "first in metrics.specs"
+            )
+        return
+    others = [p for p in report.proposals[1:] if p.split != "train" and p is not primary]
+    plan.metrics = [primary, *[p for p in others if p.split != "other" or p.goal == "max"][:2]]
+    plan.notes.append(
+        f"primary metric {primary.name} ({primary.split}, {primary.goal}): {primary.reason}"
+    )
 
 
 def _plan_data(root: Path, d: Discovery, ep: Entrypoint | None, plan: _Plan) -> None:
@@ -541,19 +570,27 @@ def _render_project_yaml(plan: _Plan) -> str:
         " trainee sets it per round",
         "",
         "metrics:",
-        "  # No custom metric yet: trainee parses the built-in `loss` / `total_loss` values.",
     ]
+    if plan.metrics:
+        out += _render_metrics(plan.metrics)
+    else:
+        out.append(
+            "  # No custom metric yet: trainee parses the built-in `loss` / `total_loss` values."
+        )
     name = plan.metric_name or "val_loss"
     where = f"{ep.path} prints {name}; " if ep is not None and plan.metric_name else ""
+    if not plan.metrics:
+        out += [
+            f"  # {where}to select rounds on a printed metric, for example:",
+            "  # specs:",
+            f"  #   - name: {name}",
+            "  #     source: stdout_regex",
+            f"  #     key_or_pattern: '{name}=(?P<value>-?\\d+(?:\\.\\d+)?(?:[eE][-+]?\\d+)?)'",
+            "  #     goal: min",
+            "  #     required: true",
+            "  specs: []",
+        ]
     out += [
-        f"  # {where}to select rounds on a printed metric, for example:",
-        "  # specs:",
-        f"  #   - name: {name}",
-        "  #     source: stdout_regex",
-        f"  #     key_or_pattern: '{name}=(?P<value>-?\\d+(?:\\.\\d+)?(?:[eE][-+]?\\d+)?)'",
-        "  #     goal: min",
-        "  #     required: true",
-        "  specs: []",
         "",
         "advanced:",
         "  security_mode: guarded  # the project is read-only to the job; only .trainee/ is"
@@ -561,6 +598,29 @@ def _render_project_yaml(plan: _Plan) -> str:
         "  working_dir: .",
     ]
     return "\n".join(out) + "\n"
+
+
+def _render_metrics(proposals: list[MetricProposal]) -> list[str]:
+    out = [
+        "  # Proposed from the code (never run): the first spec is the primary metric rounds",
+        "  # are ranked by. Each pattern was checked against the line the code prints.",
+        "  specs:",
+    ]
+    for i, p in enumerate(proposals):
+        better = "lower" if p.goal == "min" else "higher"
+        out.append(f"    - name: {_scalar(p.name)}{_comment(f'{p.split}, {better} is better')}")
+        out.append(f"      # {p.reason}; e.g. {' '.join(p.sample.split())[:160]}")
+        out.append(f"      source: {p.source}")
+        out.append(f"      key_or_pattern: {_single_quoted(p.key_or_pattern)}")
+        if p.path is not None:
+            out.append(f"      path: {_single_quoted(p.path)}")
+        out.append(f"      goal: {p.goal}")
+        out.append(f"      required: {'true' if i == 0 else 'false'}")
+    return out
+
+
+def _single_quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _expected(plan: _Plan) -> ProjectFileSpec:
@@ -579,6 +639,9 @@ def _expected(plan: _Plan) -> ProjectFileSpec:
             max_rounds=3,
             timeout_minutes=60.0,
             fixed_args=tuple(ArgSpec(flag=f.value, value=v.value) for f, v in plan.fixed_args),
+        ),
+        metrics=MetricsSpec(
+            specs=tuple(p.to_spec(required=i == 0) for i, p in enumerate(plan.metrics))
         ),
     )
 
@@ -666,6 +729,11 @@ def _render_readme(d: Discovery, plan: _Plan) -> str:
         out.append(f"- `{c.path}` ({c.kind}): {c.reason}")
     if plan.baseline:
         out += ["", f"**Baseline config:** `{plan.baseline}` (given with --baseline-config)."]
+    out += ["", "**Metrics** (`metrics.specs`, the first is the primary metric):", ""]
+    if not plan.metrics:
+        out.append("- none proposed: rounds are ranked by the built-in training `loss`")
+    for m in plan.metrics:
+        out.append(f"- `{m.name}` ({m.split}, goal {m.goal}): {m.reason}; sample `{m.sample}`")
     notes = [*plan.notes, *d.notes]
     if notes:
         out += ["", "## Notes", ""]

@@ -41,11 +41,13 @@ def test_init_mlp_flags(tmp_path: Path) -> None:
     assert [(a.flag, a.value) for a in spec.run.fixed_args] == [("--epochs", 200)]
     assert spec.output.config_path is None  # init never infers output paths
     assert spec.tunables == ()  # nor tunables
-    assert spec.metrics.specs == ()
+    # the primary metric is the validation loss the script prints, not the training loss
+    assert [(m.name, m.goal, m.required) for m in spec.metrics.specs] == [("val_loss", "min", True)]
+    assert [m.name for m in result.metrics] == ["val_loss"]
     assert spec.advanced.security_mode == "guarded"
     text = (root / ".trainee" / "project.yaml").read_text()
-    assert "#     key_or_pattern: 'val_loss=" in text  # a commented metric example
-    assert "train.py prints val_loss" in text
+    assert "- name: val_loss  # validation, lower is better" in text
+    assert "train.py:168 prints 'val_loss'" in text
     readme = (root / ".trainee" / "README.md").read_text()
     assert "named train.py at the project root" in readme
     assert "`--epochs` = `200`" in readme
