@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 import string
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from typing import Literal
 import msgspec
 
 from trainee.discovery.scan import Entrypoint, _project_imports
-from trainee.spec import Goal, MetricSource, MetricSpec
+from trainee.spec import Goal, MetricSource, MetricSpec, ProjectFileSpec
 
 __all__ = [
     "MetricProposal",
@@ -44,7 +45,9 @@ __all__ = [
     "is_training_metric",
     "metric_goal",
     "metric_split",
+    "propose_for_project",
     "propose_metrics",
+    "training_metric_advice",
 ]
 
 Split = Literal["validation", "test", "train", "other"]
@@ -1080,3 +1083,44 @@ def _rank(found: list[MetricProposal]) -> list[MetricProposal]:
         return (split, 0 if p.selection else 1, 0 if p.goal == "min" else 1, i)
 
     return [p for _, p in sorted(enumerate(order), key=key)]
+
+
+def propose_for_project(root: Path | str, project: ProjectFileSpec) -> MetricReport:
+    """:func:`propose_metrics` for the entrypoint that ``launch.command`` (or
+    ``advanced.shell_command``) runs."""
+    from trainee.discovery.scan import discover, entrypoint_for_command
+
+    root_path = Path(root).resolve()
+    words: list[str] = list(project.launch.command or ())
+    if project.advanced.shell_command:
+        try:
+            words = shlex.split(project.advanced.shell_command)
+        except ValueError:
+            words = project.advanced.shell_command.split()
+    ep = entrypoint_for_command(root_path, discover(root_path), words, project.advanced.working_dir)
+    return propose_metrics(root_path, ep)
+
+
+def training_metric_advice(root: Path | str, project: ProjectFileSpec) -> tuple[str, str] | None:
+    """(detail, fix) when the primary metric (the first spec, else the built-in ``loss``)
+    is a training metric: rounds are then ranked by how well they fit the training data,
+    so an overfit round looks best. The fix names the validation metric the code
+    prints, when there is one."""
+    specs = project.metrics.specs
+    name = specs[0].name if specs else "loss"
+    if not is_training_metric(name):
+        return None
+    what = "the built-in training loss" if not specs else f"'{name}', a training metric"
+    detail = f"the primary metric is {what}: an overfit round would look best"
+    better = propose_for_project(root, project).primary
+    if better is None:
+        return detail, (
+            "print a validation metric and list it first in metrics.specs "
+            "(name, source: stdout_regex, key_or_pattern with (?P<value>...), goal)"
+        )
+    fix = (
+        f"list {better.name} first in metrics.specs ({better.reason}): "
+        f"{{name: {better.name}, source: {better.source}, key_or_pattern: "
+        f"'{better.key_or_pattern}', goal: {better.goal}, required: true}}"
+    )
+    return detail, fix

@@ -309,6 +309,17 @@ for _topic, _names in (
     ("the config file", "config cfg configs"),
 ):
     _EXCLUDED_TOKENS.update(dict.fromkeys(_names.split(), _topic))
+_MODE_TOKENS = _words(
+    "sample sampling predict prediction inference infer generate generation export onnx demo "
+    "interactive only just visualize visualise plot do"
+)
+"""Words of a mode switch: what the run does (sample, evaluate only, export), not how it
+trains; a round with one set does not train, or does not train the same way."""
+_START_TOKENS = _words("from pretrained load init_from")
+"""Words of a starting point: resume / init_from / load a checkpoint or pretrained weights."""
+_MODE_VALUES = _words(
+    "train eval evaluate test predict sample generate inference infer finetune resume scratch"
+)
 _EXCLUDED_SECTIONS = _words(
     "output outputs logging logger loggers log wandb hydra paths path checkpoint checkpointing "
     "callbacks data dataset datasets eval evaluation env environment distributed system io"
@@ -335,7 +346,15 @@ def _excluded_name(name: str) -> str | None:
     for family_name, exact, _ in _FAMILY_RE:
         if key in exact and family_name == family:
             return None  # a known hyperparameter name wins over token rules (drop_path)
-    for token in re.split(r"[^a-z0-9]+", key):
+    tokens = re.split(r"[^a-z0-9]+", key)
+    if key == "init_from" or any(t in _START_TOKENS for t in tokens):
+        return (
+            f"'{key}' names where training starts (resume, a checkpoint or pretrained "
+            "weights), not a training knob"
+        )
+    if key in ("mode", "run_mode", "exec_mode", "task") or any(t in _MODE_TOKENS for t in tokens):
+        return f"'{key}' is a mode switch (what the run does, e.g. sample or evaluate only)"
+    for token in tokens:
         if token in _EXCLUDED_TOKENS:
             return f"'{key}' names {_EXCLUDED_TOKENS[token]}"
     return None
@@ -355,6 +374,10 @@ class _Bounds:
 def _round(x: float) -> float:
     """Six significant digits (``0.001 * 10`` is 0.01)."""
     return float(f"{x:.6g}")
+
+
+_WD_COMMON = (1e-5, 0.1)
+"""Weight decays worth trying whatever the default (L2 on Adam 1e-5..1e-3, AdamW 0.01..0.1)."""
 
 
 def _scaled(d: float, what: str) -> _Bounds:
@@ -388,7 +411,10 @@ def _float_bounds(family: str | None, d: float | None) -> _Bounds:
         return _Bounds(None, None, False, "learning-rate name but default <= 0 -> no bounds")
     if family == "weight_decay":
         if d > 0:
-            return _scaled(d, "weight-decay name")
+            b = _scaled(d, "weight-decay name")
+            b.lo, b.hi = min(b.lo or d, _WD_COMMON[0]), max(b.hi or d, _WD_COMMON[1])
+            b.why += f", widened to the common range {_WD_COMMON[0]:g}..{_WD_COMMON[1]:g}"
+            return b
         return _Bounds(0.0, 0.1, False, "weight-decay name, default 0 (off) -> bounds 0..0.1")
     if family in ("dropout", "label_smoothing", "augment") and 0 <= d < 1:
         hi = 0.5 if d <= 0.5 else 0.99
@@ -629,7 +655,16 @@ def _exclusion(cand: _Candidate, ctx: _Context) -> str | None:
         hit = next((s for s in sections if s in _EXCLUDED_SECTIONS), None)
         if hit is not None and _family(cand.leaf) is None:
             return f"under '{hit}', a section that is not a training knob"
-    return _excluded_name(cand.leaf)
+    named = _excluded_name(cand.leaf)
+    if named is not None:
+        return named
+    values = [*(cand.choices or []), cand.value]
+    modes = {v.lower() for v in values if isinstance(v, str)} & _MODE_VALUES
+    if len(modes) >= 2 or (
+        isinstance(cand.value, str) and cand.value.lower() in ("scratch", "resume")
+    ):
+        return f"'{normalize_name(cand.leaf)}' is a mode switch (values {', '.join(sorted(modes))})"
+    return None
 
 
 def _build(cand: _Candidate, ctx: _Context) -> Suggestion | str:

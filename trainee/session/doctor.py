@@ -12,6 +12,7 @@ from typing import Literal
 import anyio
 import msgspec
 
+from trainee.discovery.metrics import training_metric_advice
 from trainee.errors import ConfigError, ProviderError, SandboxError, TraineeError
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
@@ -211,7 +212,9 @@ def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
         key=lambda p: p.stat().st_mtime,
     )
     if not logs:
-        return _check("metrics", "pass", "no finished round log to try the metric specs on")
+        return _with_primary_advice(
+            spec, _check("metrics", "pass", "no finished round log to try the metric specs on")
+        )
     last = logs[-1]
     shown = f"{last.parent.name}/{last.name}"
     extractor = Extractor(spec.metrics.specs, placeholders={}, project_root=spec.project_root)
@@ -227,11 +230,24 @@ def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
             f"on {shown}: no match for {', '.join(silent)}; matched {', '.join(sorted(found)) or 'nothing'}",
             "fix metrics.specs[].key_or_pattern against that log",
         )
-    return _check(
-        "metrics",
-        "pass",
-        f"on {shown}: matched {', '.join(sorted(found)) or '(no stdout specs)'}",
+    return _with_primary_advice(
+        spec,
+        _check(
+            "metrics",
+            "pass",
+            f"on {shown}: matched {', '.join(sorted(found)) or '(no stdout specs)'}",
+        ),
     )
+
+
+def _with_primary_advice(spec: ProjectSpec, check: Check) -> Check:
+    """A passing metrics row becomes a warning when the primary metric is a training
+    metric; its fix names the validation metric the code prints, if any."""
+    advice = training_metric_advice(spec.project_root, spec.to_project_file())
+    if advice is None:
+        return check
+    detail, fix = advice
+    return _check("metrics", "warn", f"{detail}; {check.detail}", fix)
 
 
 async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Check:

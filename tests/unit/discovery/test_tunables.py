@@ -55,6 +55,8 @@ def test_mlp_flags_suggestions(tmp_path: Path) -> None:
     assert lr.description == "Adam learning rate (default 1e-3)"
     bs = got["batch_size"]
     assert (bs.type, bs.default, bs.min_value, bs.max_value, bs.log) == ("int", 16, 8, 32, True)
+    wd = got["weight_decay"]  # the README's good value 3e-3 is inside the range
+    assert (wd.default, wd.min_value, wd.max_value, wd.log) == (1e-05, 1e-06, 0.1, True)
 
 
 def test_yaml_config_suggestions(tmp_path: Path) -> None:
@@ -249,7 +251,8 @@ BOUNDS: list[tuple[str, Any, str, Any, Any, bool]] = [
     ("lr", 0.001, "float", 0.0001, 0.01, True),
     ("learning_rate", 3e-4, "float", 3e-5, 0.003, True),
     ("weight_decay", 0.0, "float", 0.0, 0.1, False),
-    ("weight_decay", 0.01, "float", 0.001, 0.1, True),
+    ("weight_decay", 0.01, "float", 1e-05, 0.1, True),  # x/10..x*10 widened to the common range
+    ("weight_decay", 0.1, "float", 1e-05, 1.0, True),
     ("dropout", 0.1, "float", 0.0, 0.5, False),
     ("dropout", 0, "float", 0.0, 0.5, False),
     ("attn_dropout", 0.7, "float", 0.0, 0.99, False),
