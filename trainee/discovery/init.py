@@ -23,7 +23,7 @@ from typing import Any, Literal
 import msgspec
 
 from trainee.discovery.context import build_context, write_context
-from trainee.discovery.metrics import MetricProposal, propose_metrics
+from trainee.discovery.metrics import MetricProposal, propose_metrics, training_metric_advice
 from trainee.discovery.scan import (
     Discovery,
     Entrypoint,
@@ -33,6 +33,7 @@ from trainee.discovery.scan import (
 )
 from trainee.discovery.tunables import (
     DEFAULT_LIMIT,
+    ConstraintSuggestion,
     Excluded,
     Skipped,
     Suggestion,
@@ -112,6 +113,10 @@ class PrepareResult(msgspec.Struct, kw_only=True):
     excluded: list[Excluded] = msgspec.field(default_factory=list)
     entrypoint: str | None = None
     notes: list[str] = msgspec.field(default_factory=list)
+    constraints: list[ConstraintSuggestion] = msgspec.field(default_factory=list)
+    """The constraints written to tuning.yaml (with the code that says so)."""
+    metrics: list[str] = msgspec.field(default_factory=list)
+    """The metric specs of project.yaml, primary first (``val_loss (min)``)."""
 
 
 # -- init ------------------------------------------------------------------------------------
@@ -780,9 +785,12 @@ def prepare_project(
         result.entrypoint = report.entrypoint
         result.notes += report.notes
         if report.suggestions or replace:
-            applied = apply_suggestions(root_path, report.suggestions, replace=True)
+            applied = apply_suggestions(
+                root_path, report.suggestions, replace=True, constraints=report.constraints
+            )
             result.params_written = applied.written
             result.skipped = applied.skipped
+            result.constraints = [c for c in report.constraints if c.expr in applied.constraints]
         if replace:
             result.tuning = "replaced"
         else:
@@ -794,6 +802,10 @@ def prepare_project(
             )
         else:
             result.notes.append("no tunable parameters were found; tuning.yaml has no params")
+    result.metrics = [f"{m.name} ({m.goal}, {m.source})" for m in project.metrics.specs]
+    advice = training_metric_advice(root_path, project)
+    if advice is not None:
+        result.notes.append(f"{advice[0]}; fix: {advice[1]}")
     ctx = root_path / ".trainee" / "context.md"
     existed = ctx.exists() or ctx.is_symlink()
     if replace or not existed:

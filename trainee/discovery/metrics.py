@@ -41,6 +41,7 @@ from trainee.spec import Goal, MetricSource, MetricSpec, ProjectFileSpec
 __all__ = [
     "MetricProposal",
     "MetricReport",
+    "SourceModule",
     "Split",
     "is_training_metric",
     "metric_goal",
@@ -186,18 +187,18 @@ def is_training_metric(name: str) -> bool:
 
 
 @dataclass
-class _Module:
+class SourceModule:
     rel: str
     tree: ast.Module
     text: str
 
 
-def _modules(root: Path, ep: Entrypoint) -> list[_Module]:
+def source_modules(root: Path, ep: Entrypoint) -> list[SourceModule]:
     """The entrypoint, the module its options come from and the project modules they
     import (breadth first), at most :data:`MAX_FILES`."""
     queue = [ep.path, *([ep.options_from] if ep.options_from else [])]
     seen: set[str] = set()
-    out: list[_Module] = []
+    out: list[SourceModule] = []
     while queue and len(out) < MAX_FILES:
         rel = queue.pop(0)
         if rel in seen:
@@ -211,13 +212,13 @@ def _modules(root: Path, ep: Entrypoint) -> list[_Module]:
     return out
 
 
-def _parse(root: Path, rel: str) -> _Module | None:
+def _parse(root: Path, rel: str) -> SourceModule | None:
     path = root / rel
     try:
         if not path.resolve().is_relative_to(root) or path.stat().st_size > _MAX_PY_BYTES:
             return None
         text = path.read_text(encoding="utf-8", errors="replace")
-        return _Module(rel, ast.parse(text, filename=rel), text)
+        return SourceModule(rel, ast.parse(text, filename=rel), text)
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
@@ -471,7 +472,7 @@ def _print_parts(call: ast.Call, names: dict[str, list[ast.AST]]) -> list[list[_
     return [joined, *extra]
 
 
-def _templates(module: _Module) -> Iterator[_Template]:
+def _templates(module: SourceModule) -> Iterator[_Template]:
     """Every template printed by an output call of the module, with its location."""
     for func, body in _scopes(module.tree):
         names = _assigned_strings(body)
@@ -802,7 +803,7 @@ def _clash(
 # -- best-value comparisons ----------------------------------------------------------------
 
 
-def _selection_exprs(modules: list[_Module]) -> set[str]:
+def _selection_exprs(modules: list[SourceModule]) -> set[str]:
     """Expressions compared with a best value: ``val_loss`` in
     ``if val_loss < best_val_loss`` or ``best = min(best, losses['val'])``."""
     out: set[str] = set()
@@ -826,7 +827,7 @@ def _selection_exprs(modules: list[_Module]) -> set[str]:
 # -- frameworks -------------------------------------------------------------------------------
 
 
-def _imports(modules: list[_Module]) -> set[str]:
+def _imports(modules: list[SourceModule]) -> set[str]:
     out: set[str] = set()
     for module in modules:
         for node in ast.walk(module.tree):
@@ -850,7 +851,7 @@ class _Known:
     selection: bool = False
 
 
-def _hf_trainer(modules: list[_Module]) -> list[_Known]:
+def _hf_trainer(modules: list[SourceModule]) -> list[_Known]:
     """Hugging Face ``Trainer``: evaluation logs ``{'eval_loss': 0.69, ...}`` and
     ``log_metrics`` prints ``  eval_loss   =   0.6931``."""
     where = ""
@@ -902,7 +903,7 @@ def _hf_trainer(modules: list[_Module]) -> list[_Known]:
     return out
 
 
-def _lightning(modules: list[_Module]) -> tuple[list[_Known], list[str]]:
+def _lightning(modules: list[SourceModule]) -> tuple[list[_Known], list[str]]:
     """Lightning ``self.log("val_loss", v, prog_bar=True)``: the progress bar shows
     ``val_loss=0.693``. Keys logged without ``prog_bar`` are only in the logger's files."""
     out: list[_Known] = []
@@ -944,7 +945,7 @@ def _lightning(modules: list[_Module]) -> tuple[list[_Known], list[str]]:
     return out, hidden
 
 
-def _keras(modules: list[_Module], imported: set[str]) -> list[_Known]:
+def _keras(modules: list[SourceModule], imported: set[str]) -> list[_Known]:
     """Keras ``model.fit(..., validation_data=...)`` prints ``val_loss: 0.69`` and
     ``val_<metric>: ...`` for each compiled metric."""
     if not imported & {"keras", "tensorflow", "tf_keras"}:
@@ -996,7 +997,7 @@ def propose_metrics(
     if entrypoint is None:
         return report
     root_path = Path(root).resolve()
-    modules = _modules(root_path, entrypoint)
+    modules = source_modules(root_path, entrypoint)
     if not modules:
         return report
     selection = _selection_exprs(modules)

@@ -69,6 +69,7 @@ from trainee.spec import (
 __all__ = [
     "DEFAULT_LIMIT",
     "ApplyResult",
+    "ConstraintSuggestion",
     "Excluded",
     "Skipped",
     "Suggestion",
@@ -129,12 +130,20 @@ class Excluded(msgspec.Struct, kw_only=True):
     reason: str
 
 
+class ConstraintSuggestion(msgspec.Struct, kw_only=True):
+    """A tuning.yaml ``constraints:`` entry over param names, and the code that says so."""
+
+    expr: str
+    reason: str
+
+
 class SuggestionReport(msgspec.Struct, kw_only=True):
     suggestions: list[Suggestion]
     excluded: list[Excluded]
     entrypoint: str | None
     baseline_config: str | None
     notes: list[str] = msgspec.field(default_factory=list)
+    constraints: list[ConstraintSuggestion] = msgspec.field(default_factory=list)
 
 
 class Skipped(msgspec.Struct, kw_only=True):
@@ -146,6 +155,7 @@ class ApplyResult(msgspec.Struct, kw_only=True):
     written: list[str]
     skipped: list[Skipped]
     tuning_file: str
+    constraints: list[str] = msgspec.field(default_factory=list)
 
 
 class TunablesResult(msgspec.Struct, kw_only=True):
@@ -160,6 +170,7 @@ class TunablesResult(msgspec.Struct, kw_only=True):
     written: list[str] = msgspec.field(default_factory=list)
     skipped: list[Skipped] = msgspec.field(default_factory=list)
     notes: list[str] = msgspec.field(default_factory=list)
+    constraints: list[ConstraintSuggestion] = msgspec.field(default_factory=list)
 
 
 # -- name rules --------------------------------------------------------------------------
@@ -598,13 +609,135 @@ def suggest_tunables_report(
                 reason=f"beyond the limit of {limit} suggestions",
             )
         )
+    final = chosen[:limit]
+    constraints = _constraints(root_path, entrypoint, final, candidates, project)
     return SuggestionReport(
-        suggestions=chosen[:limit],
+        suggestions=final,
         excluded=excluded,
         entrypoint=entrypoint.path if entrypoint else None,
         baseline_config=baseline,
         notes=notes,
+        constraints=constraints,
     )
+
+
+# -- constraints -----------------------------------------------------------------------------
+
+_EXPR_TOKEN = re.compile(r"'[^']*'|[A-Za-z_][A-Za-z0-9_]*")
+_EXPR_WORDS = _words("and or not true false")
+
+
+def _leaf_of(s: Suggestion) -> str:
+    key = s.config_path or s.override or s.flag or s.name
+    return normalize_name(key).rsplit(".", 1)[-1]
+
+
+def _constraints(
+    root: Path,
+    entrypoint: Entrypoint | None,
+    suggestions: list[Suggestion],
+    candidates: list[_Candidate],
+    project: ProjectFileSpec,
+) -> list[ConstraintSuggestion]:
+    """The code's checks between parameters as constraints over the suggested names
+    (other names replaced by their value); sizes tied by ``a % b == 0`` become choices
+    that satisfy it, so no draw can break it."""
+    from trainee.discovery.constraints import propose_constraints
+
+    if entrypoint is None or not suggestions:
+        return []
+    by_leaf: dict[str, list[Suggestion]] = {}
+    for s in suggestions:
+        by_leaf.setdefault(_leaf_of(s), []).append(s)
+    values: dict[str, list[Any]] = {}
+    for cand in candidates:
+        if cand.has_value and cand.value is not None:
+            values.setdefault(normalize_name(cand.leaf), []).append(cand.value)
+    for arg in (*project.launch.args, *project.run.fixed_args):
+        if arg.value is not None:
+            values[normalize_name(arg.flag.split("=", 1)[0]).rsplit(".", 1)[-1]] = [arg.value]
+    out: list[ConstraintSuggestion] = []
+    for proposal in propose_constraints(root, entrypoint):
+        mapping: dict[str, str] = {}
+        tunable: list[Suggestion] = []
+        for name in proposal.names:
+            leaf = normalize_name(name)
+            owners = by_leaf.get(leaf, [])
+            if len(owners) == 1 and owners[0].name.isidentifier():
+                mapping[name] = owners[0].name
+                tunable.append(owners[0])
+            elif not owners and len({repr(v) for v in values.get(leaf, [])}) == 1:
+                mapping[name] = _literal_text(values[leaf][0])
+            else:
+                break
+        else:
+            if not tunable:
+                continue
+            expr = _substitute(proposal.expr, mapping)
+            if proposal.divisible is not None:
+                _tie(proposal.divisible, by_leaf, values, f"'{expr}' ({proposal.reason})")
+            if all(c.expr != expr for c in out):
+                out.append(ConstraintSuggestion(expr=expr, reason=proposal.reason))
+    return out
+
+
+def _substitute(expr: str, mapping: dict[str, str]) -> str:
+    """``expr`` with its names replaced (quoted strings and keywords kept)."""
+
+    def one(m: re.Match[str]) -> str:
+        word = m.group(0)
+        return word if word in _EXPR_WORDS else mapping.get(word, word)
+
+    return _EXPR_TOKEN.sub(one, expr)
+
+
+def _literal_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + str(value).replace("'", "") + "'"
+
+
+def _tie(
+    divisible: tuple[str, str],
+    by_leaf: dict[str, list[Suggestion]],
+    values: dict[str, list[Any]],
+    why: str,
+) -> None:
+    """``a % b == 0``: ``b`` among the divisors of ``a``'s default, ``a`` among multiples
+    of every ``b`` choice near its default (x/2 .. 2x)."""
+    a_leaf, b_leaf = (normalize_name(n) for n in divisible)
+    sa = next(iter(by_leaf.get(a_leaf, [])), None)
+    sb = next(iter(by_leaf.get(b_leaf, [])), None)
+    sa = sa if sa is not None and sa.type == "int" else None
+    sb = sb if sb is not None and sb.type == "int" else None
+    da = sa.default if sa is not None else next(iter(values.get(a_leaf, [])), None)
+    db = sb.default if sb is not None else next(iter(values.get(b_leaf, [])), None)
+    if not (isinstance(da, int) and isinstance(db, int)) or da <= 0 or db <= 0 or da % db:
+        return
+    heads = [db]
+    if sb is not None:
+        lo, hi = int(sb.min_value or 1), int(sb.max_value or 2 * db)
+        heads = [d for d in range(max(1, lo), hi + 1) if da % d == 0] or [db]
+        _as_choices(sb, heads, why)
+    if sa is not None:
+        step = math.lcm(*heads)
+        lo, hi = int(sa.min_value or step), int(sa.max_value or 2 * da)
+        widths = {da}
+        for factor in (0.5, 0.75, 1.5, 2.0):
+            target = max(step, round(da * factor / step) * step)
+            if lo <= target <= hi:
+                widths.add(target)
+        _as_choices(sa, sorted(widths), why)
+
+
+def _as_choices(s: Suggestion, choices: list[int], why: str) -> None:
+    s.type = "choice"
+    s.choices = choices
+    s.min_value = s.max_value = None
+    s.log = False
+    s.reason += f"; choices that satisfy {why}"
 
 
 def _entrypoint(root: Path, project: ProjectFileSpec, discovery: Discovery) -> Entrypoint | None:
@@ -1134,7 +1267,11 @@ def _package(path: Path) -> str | None:
 
 
 def apply_suggestions(
-    root: Path | str, suggestions: list[Suggestion], *, replace: bool = False
+    root: Path | str,
+    suggestions: list[Suggestion],
+    *,
+    replace: bool = False,
+    constraints: list[ConstraintSuggestion] | None = None,
 ) -> ApplyResult:
     """Write suggestions into ``.trainee/tuning.yaml`` (comments kept).
 
@@ -1163,9 +1300,25 @@ def apply_suggestions(
             continue
         params.append(param)
         written.append(s.name)
-    if written or replace:
-        save_project_files(root_path, project, TuningFileSpec(params=tuple(params)))
-    return ApplyResult(written=written, skipped=skipped, tuning_file=str(tfile))
+    names = {p.name for p in params}
+    kept = [] if replace else list(tuning.constraints)
+    added = [
+        c.expr
+        for c in constraints or []
+        if c.expr not in kept
+        and all(w in names for w in _EXPR_TOKEN.findall(c.expr) if _is_name(w))
+    ]
+    if written or replace or added:
+        save_project_files(
+            root_path,
+            project,
+            TuningFileSpec(params=tuple(params), constraints=(*kept, *added)),
+        )
+    return ApplyResult(written=written, skipped=skipped, tuning_file=str(tfile), constraints=added)
+
+
+def _is_name(word: str) -> bool:
+    return not word.startswith("'") and word not in _EXPR_WORDS
 
 
 def _same_target(a: ParamSpec, b: ParamSpec) -> bool:
@@ -1197,9 +1350,12 @@ def discover_tunables(
         suggestions=report.suggestions,
         excluded=report.excluded,
         notes=report.notes,
+        constraints=report.constraints,
     )
     if apply:
-        applied = apply_suggestions(spec.project_root, report.suggestions, replace=replace)
+        applied = apply_suggestions(
+            spec.project_root, report.suggestions, replace=replace, constraints=report.constraints
+        )
         result.applied = True
         result.written = applied.written
         result.skipped = applied.skipped

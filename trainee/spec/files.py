@@ -276,10 +276,12 @@ class ParamSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 
 class TuningFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``.trainee/tuning.yaml``."""
+    """``.trainee/tuning.yaml``. ``constraints``: expressions over param names that
+    every parameter set must satisfy (``n_embd % n_head == 0``)."""
 
     version: Literal[1] = 1
     params: tuple[ParamSpec, ...] = ()
+    constraints: tuple[NonEmptyStr, ...] = ()
 
 
 # -- Struct -> YAML data ---------------------------------------------------------
