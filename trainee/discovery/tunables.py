@@ -299,7 +299,8 @@ for _topic, _names in (
     ("a path", "dir dirs path paths file files filename root folder dirname"),
     ("logging", "log logs logging logger logdir"),
     ("checkpointing", "save saving ckpt checkpoint checkpoints resume restore"),
-    ("hardware placement", "device devices gpu gpus cuda cpu accelerator tpu"),
+    ("hardware placement", "device devices gpu gpus cuda cpu accel accelerator tpu mps"),
+    ("knowledge distillation (a teacher model, off unless set up)", "kd distill teacher"),
     ("parallelism", "workers worker threads jobs procs"),
     ("networking", "port host address url addr master"),
     ("distributed setup", "rank world nodes node ddp distributed backend dist"),
@@ -331,8 +332,14 @@ _START_TOKENS = _words("from pretrained load init_from")
 _MODE_VALUES = _words(
     "train eval evaluate test predict sample generate inference infer finetune resume scratch"
 )
+_SHAPE_NAMES = _words(
+    "input_size input_dim input_dims in_features in_dim in_channels in_chans num_channels "
+    "output_size output_dim out_features out_dim num_classes n_classes nclasses num_labels "
+    "n_outputs img_size image_size input_shape vocab_size n_vocab ntokens"
+)
+"""Sizes fixed by the data (its image size, classes, vocabulary): any other value crashes."""
 _EXCLUDED_SECTIONS = _words(
-    "output outputs logging logger loggers log wandb hydra paths path checkpoint checkpointing "
+    "extras output outputs logging logger loggers log wandb hydra paths path checkpoint checkpointing "
     "callbacks data dataset datasets eval evaluation env environment distributed system io"
 )
 _GENERIC_LEAVES = _words("name type kind mode value weight rate id")
@@ -358,6 +365,15 @@ def _excluded_name(name: str) -> str | None:
         if key in exact and family_name == family:
             return None  # a known hyperparameter name wins over token rules (drop_path)
     tokens = re.split(r"[^a-z0-9]+", key)
+    raw = name.rsplit(".", 1)[-1]
+    if raw.startswith("_") and raw.endswith("_"):
+        return f"'{raw}' is a framework directive (Hydra _target_/_partial_), not a value"
+    if key in _SHAPE_NAMES:
+        return f"'{key}' is fixed by the data's shape (image size, classes, vocabulary)"
+    if re.fullmatch(r"min_(?:epochs?|steps?|iters?|iterations?|time)", key):
+        return "a training budget (epochs/steps); keep it in run.fixed_args so rounds compare"
+    if key in ("train", "do_train", "skip_train", "test", "run_test", "validate"):
+        return f"'{key}' is a mode switch (whether a stage runs at all)"
     if key == "init_from" or any(t in _START_TOKENS for t in tokens):
         return (
             f"'{key}' names where training starts (resume, a checkpoint or pretrained "
@@ -407,7 +423,13 @@ def _near_one(d: float, what: str) -> _Bounds:
     return _Bounds(0.0, 0.99, False, f"{what} -> bounds 0..0.99")
 
 
-def _float_bounds(family: str | None, d: float | None) -> _Bounds:
+def _float_bounds(family: str | None, d: float | None, leaf: str = "") -> _Bounds:
+    if re.search(r"(?:^|_)(?:prob|probability|p)$", leaf) and (d is None or 0 <= d <= 1):
+        return _Bounds(0.0, 1.0, False, "probability name -> bounds 0..1")
+    return _float_bounds_of(family, d)
+
+
+def _float_bounds_of(family: str | None, d: float | None) -> _Bounds:
     if d is None:
         if family == "lr":
             return _Bounds(1e-5, 1.0, True, "learning-rate name, no default -> log scale 1e-5..1")
@@ -591,6 +613,15 @@ def suggest_tunables_report(
             excluded.append(Excluded(key=cand.key, source=cand.source, reason=why))
             continue
         built = _build(cand, ctx)
+        if (
+            not isinstance(built, str)
+            and built.type in ("float", "int")
+            and (built.min_value is None or built.max_value is None)
+        ):
+            built = (
+                f"no known range (default {built.default!r}): a policy could draw any "
+                "value; add it by hand with min_value and max_value"
+            )
         if isinstance(built, str):
             excluded.append(Excluded(key=cand.key, source=cand.source, reason=built))
             continue
@@ -833,7 +864,7 @@ def _numeric(
     if family == "warmup" and isinstance(value, int):
         as_float = False
     if as_float:
-        b = _float_bounds(family, float(value))
+        b = _float_bounds(family, float(value), normalize_name(cand.leaf))
         return _suggest(cand, "float", float(value), b, f"{where}: {b.why}")
     b_int = _int_bounds(family, int(value))
     if b_int is None:
@@ -875,10 +906,10 @@ def _build_flag(cand: _Candidate, ctx: _Context) -> Suggestion | str:
         if isinstance(default, int | float) and not isinstance(default, bool):
             if not math.isfinite(float(default)):
                 return "not a finite default"
-            b = _float_bounds(family, float(default))
+            b = _float_bounds(family, float(default), normalize_name(option.dest))
             fdefault: float | None = float(default)
         else:
-            b = _float_bounds(family, None)
+            b = _float_bounds(family, None, normalize_name(option.dest))
             fdefault = None
         _clamp(b, option.min_value, option.max_value, fdefault)
         return _suggest(cand, "float", fdefault, b, f"{where}: {b.why}")

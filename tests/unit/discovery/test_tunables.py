@@ -266,7 +266,6 @@ BOUNDS: list[tuple[str, Any, str, Any, Any, bool]] = [
     ("n_head", 1, "int", 1, 2, False),
     ("warmup_ratio", 0.1, "float", 0.0, 0.5, False),
     ("warmup_steps", 100, "int", 0, 400, False),
-    ("warmup_steps", 0, "int", 0, None, False),
     ("grad_clip", 1.0, "float", 0.1, 10.0, True),
     ("max_grad_norm", 0.0, "float", 0.0, 10.0, False),
     ("eps", 1e-8, "float", 1e-9, 1e-7, True),
@@ -275,7 +274,7 @@ BOUNDS: list[tuple[str, Any, str, Any, Any, bool]] = [
     ("kl_weight", 0.5, "float", 0.05, 5.0, True),
     ("something", 2.5, "float", 0.25, 25.0, True),
     ("something", -2.0, "float", -20.0, -0.2, False),
-    ("something", 0.0, "float", 0.0, None, False),
+    ("mixup_prob", 1.0, "float", 0.0, 1.0, False),  # a probability stays in 0..1
     ("count", 7, "int", 3, 14, False),
     ("flag", True, "bool", None, None, False),
 ]
@@ -537,3 +536,53 @@ def test_discover_tunables_without_apply_writes_nothing(tmp_path: Path) -> None:
     assert snapshot(root) == before
     applied = discover_tunables(root, apply=True, limit=2)
     assert applied.applied and applied.written == ["lr", "weight_decay"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("something", 0.0, "no known range (default 0.0)"),
+        ("warmup_steps", 0, "no known range (default 0)"),
+        ("sample_only", False, "is a mode switch"),
+        ("eval_only", False, "is a mode switch"),
+        ("init_from", "scratch", "names where training starts"),
+        ("resume_from", "last.ckpt", "names where training starts"),
+        ("mode", "train", "is a mode switch"),
+        ("train", True, "whether a stage runs at all"),
+        ("input_size", 784, "fixed by the data's shape"),
+        ("num_classes", 10, "fixed by the data's shape"),
+        ("_partial_", True, "framework directive"),
+        ("min_epochs", 1, "a training budget"),
+        ("accel", True, "hardware placement"),
+        ("kd_temperature", 1.0, "knowledge distillation"),
+    ],
+)
+def test_mode_switches_shapes_and_unbounded_numbers_are_left_out(
+    tmp_path: Path, key: str, value: Any, why: str
+) -> None:
+    write(tmp_path / "train.py", "")
+    write(tmp_path / "base.yaml", f"block:\n  {key}: {str(value).lower()}\n")
+    project_yaml(tmp_path, "launch:\n  command: [python, train.py]\n  baseline_config: base.yaml\n")
+    report = report_for(tmp_path)
+    assert report.suggestions == []
+    assert [e.key for e in report.excluded] == [f"block.{key}"]
+    assert why in report.excluded[0].reason
+
+
+def test_mode_valued_choices_are_left_out(tmp_path: Path) -> None:
+    write(
+        tmp_path / "train.py",
+        """
+        import argparse
+        p = argparse.ArgumentParser()
+        p.add_argument("--stage", choices=["train", "eval", "predict"], default="train")
+        p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+        p.parse_args()
+        """,
+    )
+    project_yaml(tmp_path, "launch:\n  command: [python, train.py]\n")
+    report = report_for(tmp_path)
+    assert [s.name for s in report.suggestions] == ["optimizer"]
+    assert [(e.key, e.reason) for e in report.excluded] == [
+        ("--stage", "'stage' is a mode switch (values eval, predict, train)")
+    ]
