@@ -53,6 +53,7 @@ from trainee.spec import (
     TuningFileSpec,
     check_project,
     load_project,
+    load_project_file,
 )
 
 __all__ = [
@@ -766,8 +767,15 @@ def prepare_project(
     root: Path | str, *, replace: bool = False, limit: int = DEFAULT_LIMIT
 ) -> PrepareResult:
     """Validate the project, fill an empty tuning.yaml from discovery, write context.md
-    when missing. ``replace`` regenerates both."""
-    spec = load_project(root)
+    when missing. ``replace`` regenerates both (the old tuning.yaml is not checked: it may
+    no longer fit project.yaml, which is when it needs regenerating)."""
+    if replace:
+        root_path = resolve_root(root)
+        spec = check_project(
+            root_path, load_project_file(root_path / ".trainee" / "project.yaml"), TuningFileSpec()
+        )
+    else:
+        spec = load_project(root)
     project = spec.to_project_file()
     root_path = Path(spec.project_root)
     discovery = discover(root_path)

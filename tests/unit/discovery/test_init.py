@@ -279,6 +279,24 @@ def test_prepare_fills_then_keeps_then_replaces(tmp_path: Path) -> None:
     assert "my notes" not in (root / ".trainee" / "context.md").read_text()
 
 
+def test_prepare_replace_regenerates_a_tuning_file_that_no_longer_fits(tmp_path: Path) -> None:
+    root = copy_example("mlp-flags", tmp_path)
+    init_project(root)
+    prepare_project(root)
+    # the user pins --batch-size: the old tuning.yaml now clashes with project.yaml
+    pfile = root / ".trainee" / "project.yaml"
+    pfile.write_text(
+        pfile.read_text().replace(
+            "  fixed_args:\n", "  fixed_args:\n    - flag: --batch-size\n      value: 32\n"
+        )
+    )
+    with pytest.raises(ConfigError, match=r"already set by run\.fixed_args"):
+        load_project(root)
+    result = prepare_project(root, replace=True)
+    assert result.tuning == "replaced" and "batch_size" not in result.params_written
+    assert [t.name for t in load_project(root).tunables] == result.params_written
+
+
 def test_prepare_with_output_config_path_never_lists_it(tmp_path: Path) -> None:
     root = copy_example("yaml-config", tmp_path)
     init_project(root, baseline_config="configs/base.yaml")
