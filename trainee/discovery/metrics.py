@@ -674,18 +674,37 @@ def _candidates(template: _Template, selection: set[str]) -> Iterator[_Candidate
                 split, word = ctx
                 name = f"{word}_{name}"
         regex = _regex(delim, label, sep, hole, template.kind)
+        target = i
+        avg = _running_average(parts, i)
+        if avg is not None:
+            # "Loss 0.71 (0.69)": the meter's current value, then its average
+            regex = regex.replace(_VALUE, rf"(?:{NUMBER})\s*\(\s*{_VALUE}")
+            target = avg
         yield _Candidate(
             name=name,
             split=split,
             goal=goal,
             regex=regex,
             template=template,
-            hole=i,
+            hole=target,
             label=label,
             expr=hole.expr,
             reason="",
             selection=hole.expr in selection,
         )
+
+
+def _running_average(parts: list[_Part], i: int) -> int | None:
+    """The index of ``{meter.avg}`` in ``{meter.val} ({meter.avg})`` after hole ``i``."""
+    if i + 3 >= len(parts):
+        return None
+    between, second, after = parts[i + 1], parts[i + 2], parts[i + 3]
+    if not (isinstance(between, str) and isinstance(second, _Hole) and isinstance(after, str)):
+        return None
+    if between.strip() != "(" or not after.startswith(")"):
+        return None
+    words = _tokens(second.expr)
+    return i + 2 if any(w in ("avg", "average", "mean") for w in words) else None
 
 
 def _regex(delim: str, label: str, sep: str, hole: _Hole, kind: str) -> str:

@@ -291,3 +291,21 @@ def test_tied_sizes_become_choices_that_satisfy_the_check(tmp_path: Path) -> Non
     assert got["n_embd"].choices == [192, 288, 384, 576, 768]
     assert got["n_layer"].type == "int"
     assert all(w % h == 0 for w in got["n_embd"].choices for h in got["n_head"].choices)
+
+
+def test_a_running_average_meter_reads_the_average(tmp_path: Path) -> None:
+    report = proposals(
+        tmp_path,
+        """
+        def validate(loader):
+            for i, batch in enumerate(loader):
+                _logger.info(
+                    f"Test: [{i:>4d}/{n}]  Loss: {losses_m.val:>7.3f} ({losses_m.avg:>6.3f})  "
+                    f"Acc@1: {top1_m.val:>7.3f} ({top1_m.avg:>7.3f})"
+                )
+        """,
+    )
+    assert [p.name for p in report.proposals] == ["test_loss", "test_acc1"]
+    line = "Test: [  10/10]  Loss:   0.712 ( 0.690)  Acc@1:  81.250 ( 79.500)"
+    assert reads(report, "test_loss", line) == "0.690"
+    assert reads(report, "test_acc1", line) == "79.500"
