@@ -202,6 +202,16 @@ def _normalize(node: ast.expr) -> ast.expr:
     return node
 
 
+def _tautology(node: ast.expr) -> bool:
+    """``block_size <= config.block_size``: one name on both sides says nothing."""
+    return (
+        isinstance(node, ast.Compare)
+        and len(node.ops) == 1
+        and _leaf(node.left) is not None
+        and _leaf(node.left) == _leaf(node.comparators[0])
+    )
+
+
 def _divisible(node: ast.expr) -> tuple[str, str] | None:
     if (
         isinstance(node, ast.Compare)
@@ -370,7 +380,7 @@ def propose_constraints(
                 plain = _convert(test, {})
             except _Unsupported:
                 continue
-            if not plain.names:
+            if not plain.names or _tautology(test):
                 continue
             if callee and any(n in scope_params for n in plain.names):
                 found = _bindings(modules, callee, scope_params)

@@ -649,7 +649,7 @@ def _candidates(template: _Template, selection: set[str]) -> Iterator[_Candidate
         literal, prev_literal = prev_literal, ""
         hole = part
         kind = (hole.spec[-1:] if hole.spec else "") or ""
-        if kind and kind not in _NUMERIC_TYPES:
+        if kind and kind not in _NUMERIC_TYPES and kind not in "sra":
             line_before += "{}"
             continue  # an int count (%d, :5d), a string (%s)
         following = next((p for p in parts[i + 1 : i + 2] if isinstance(p, str)), "")
@@ -923,45 +923,107 @@ def _hf_trainer(modules: list[SourceModule]) -> list[_Known]:
 
 
 def _lightning(modules: list[SourceModule]) -> tuple[list[_Known], list[str]]:
-    """Lightning ``self.log("val_loss", v, prog_bar=True)``: the progress bar shows
-    ``val_loss=0.693``. Keys logged without ``prog_bar`` are only in the logger's files."""
+    """Lightning ``self.log`` / ``log_dict`` keys as the output shows them: on the
+    progress bar with ``prog_bar=True`` (``val_loss=0.693`` on the tqdm bar,
+    ``val_loss: 0.693`` on the rich one), and in the table ``trainer.test()`` /
+    ``trainer.validate()`` prints at the end (``test/acc │ 0.91``). A key logged both on
+    step and on epoch shows as ``<key>_epoch``. ``f"{stage}_loss"`` keys take the stage
+    names the module passes as literals (``"val"``, ``"test"``). Other keys reach only
+    the logger's files (noted)."""
     out: list[_Known] = []
     hidden: list[str] = []
+    stages = _stage_literals(modules)
+    tables = {m for m in ("test", "validate") if _calls_method(modules, m)}
+    for module in modules:
+        for func, body in _scopes(module.tree):
+            for node in _walk_scope(body):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = _call_name(node)
+                if name not in ("self.log", "self.log_dict"):
+                    continue
+                flags = {
+                    k.arg: k.value.value
+                    for k in node.keywords
+                    if k.arg and isinstance(k.value, ast.Constant)
+                }
+                keys: list[str] = []
+                if name == "self.log" and node.args:
+                    keys += _log_keys(node.args[0], stages)
+                elif node.args and isinstance(node.args[0], ast.Dict):
+                    for x in node.args[0].keys:
+                        keys += _log_keys(x, stages) if x is not None else []
+                for key in keys:
+                    if metric_goal(key) is None:
+                        continue
+                    split = metric_split(key)
+                    ctx = _context_split(func) if split == "other" else None
+                    split = ctx[0] if ctx is not None else split
+                    in_table = ("test" in tables and split == "test") or (
+                        "validate" in tables and split == "validation"
+                    )
+                    if flags.get("prog_bar") is not True and not in_table:
+                        hidden.append(key)
+                        continue
+                    both = flags.get("on_step") is True and flags.get("on_epoch") is not False
+                    suffix = "(?:_epoch)?" if both else ""
+                    where = (
+                        "the progress bar" if flags.get("prog_bar") is True else "the final table"
+                    )
+                    out.append(
+                        _Known(
+                            name=_name(key),
+                            regex=rf"(?<![\w/.\-]){re.escape(key)}{suffix}"
+                            rf"(?:=|:\s*|\s*[│┃|]?\s+){_VALUE}",
+                            sample=(
+                                f"Epoch 0: 100%|#####| 8/8 [00:00<00:00, v_num=0, {key}=0.693]\n"
+                                f"Epoch 0/0 8/8 0:00:00 • 0:00:00 v_num: 0 {key}: 0.693\n"
+                                f"│ {key:>20} │ 0.693 │"
+                            ),
+                            value="0.693",
+                            where=f"{module.rel}:{node.lineno}",
+                            reason=f"Lightning self.log({key!r}) shows on {where}",
+                        )
+                    )
+    return out, hidden
+
+
+def _log_keys(node: ast.AST, stages: list[str]) -> list[str]:
+    text = _const_str(node)
+    if text is not None:
+        return [text]
+    if isinstance(node, ast.JoinedStr) and len(node.values) == 2:
+        first, second = node.values
+        rest = _const_str(second)
+        if isinstance(first, ast.FormattedValue) and rest:
+            return [f"{stage}{rest}" for stage in stages]
+    return []
+
+
+def _stage_literals(modules: list[SourceModule]) -> list[str]:
+    """Stage names passed as string literals in the code (``self._step(batch, "val")``)."""
+    found: list[str] = []
     for module in modules:
         for node in ast.walk(module.tree):
-            if not isinstance(node, ast.Call):
-                continue
-            name = _call_name(node)
-            if name not in ("self.log", "self.log_dict"):
-                continue
-            prog = any(
-                k.arg == "prog_bar" and isinstance(k.value, ast.Constant) and k.value.value is True
-                for k in node.keywords
-            )
-            keys: list[str] = []
-            if name == "self.log" and node.args:
-                key = _const_str(node.args[0])
-                if key:
-                    keys.append(key)
-            elif node.args and isinstance(node.args[0], ast.Dict):
-                keys += [k for k in (_const_str(x) for x in node.args[0].keys if x) if k]
-            for key in keys:
-                if metric_goal(key) is None:
-                    continue
-                if not prog:
-                    hidden.append(key)
-                    continue
-                out.append(
-                    _Known(
-                        name=_name(key) if "/" not in key else key.replace("/", "_"),
-                        regex=rf"(?<![\w/.\-]){re.escape(key)}={_VALUE}",
-                        sample=f"Epoch 0: 100%|##########| 8/8 [00:00<00:00, v_num=0, {key}=0.693]",
-                        value="0.693",
-                        where=f"{module.rel}:{node.lineno}",
-                        reason=f"Lightning self.log({key!r}, ..., prog_bar=True) shows {key}= on the progress bar",
-                    )
-                )
-    return out, hidden
+            if isinstance(node, ast.Call):
+                for arg in [*node.args, *(k.value for k in node.keywords)]:
+                    text = _const_str(arg)
+                    if (
+                        text in ("train", "val", "valid", "validation", "test")
+                        and text not in found
+                    ):
+                        found.append(text)
+    return found
+
+
+def _calls_method(modules: list[SourceModule], method: str) -> bool:
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == method
+        for module in modules
+        for node in ast.walk(module.tree)
+    )
 
 
 def _keras(modules: list[SourceModule], imported: set[str]) -> list[_Known]:
@@ -1053,9 +1115,10 @@ def propose_metrics(
     if "transformers" in imported or "trl" in imported:
         known += _hf_trainer(modules)
     if imported & {"lightning", "pytorch_lightning"}:
-        lit, hidden = _lightning(modules)
+        lit, logged = _lightning(modules)
         known += lit
-        if hidden and not lit:
+        hidden = [k for k in logged if _name(k) not in {x.name for x in lit}]
+        if hidden:
             report.notes.append(
                 "Lightning logs " + ", ".join(sorted(set(hidden))[:4]) + " without prog_bar=True, "
                 "so they reach only the logger's files; add prog_bar=True to that self.log call "

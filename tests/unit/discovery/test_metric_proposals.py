@@ -309,3 +309,40 @@ def test_a_running_average_meter_reads_the_average(tmp_path: Path) -> None:
     line = "Test: [  10/10]  Loss:   0.712 ( 0.690)  Acc@1:  81.250 ( 79.500)"
     assert reads(report, "test_loss", line) == "0.690"
     assert reads(report, "test_acc1", line) == "79.500"
+
+
+def test_lightning_stage_keys_and_the_final_test_table(tmp_path: Path) -> None:
+    report = proposals(
+        tmp_path,
+        """
+        from lightning.pytorch.cli import LightningCLI
+        import lightning as L
+        class AutoEncoder(L.LightningModule):
+            def validation_step(self, batch, i):
+                self._common_step(batch, i, "val")
+            def test_step(self, batch, i):
+                self._common_step(batch, i, "test")
+            def _common_step(self, batch, i, stage):
+                self.log(f"{stage}_loss", loss, on_step=True)
+        def cli_main():
+            cli = LightningCLI(AutoEncoder)
+            cli.trainer.test(ckpt_path="best", datamodule=cli.datamodule)
+        """,
+    )
+    assert report.primary is not None and report.primary.name == "test_loss"
+    assert reads(report, "test_loss", "│     test_loss_epoch     │    0.0123     │") == "0.0123"
+    assert "val_loss" in report.notes[0]  # logged, but never on the output
+
+
+def test_percent_s_values_and_no_tautologies(tmp_path: Path) -> None:
+    report = proposals(
+        tmp_path,
+        """
+        print("Elasticnet model (alpha={:f}, l1_ratio={:f}):".format(alpha, l1_ratio))
+        print("  RMSE: %s" % rmse)
+        print("  R2: %s" % r2)
+        """,
+    )
+    assert [(p.name, p.goal) for p in report.proposals] == [("rmse", "min"), ("r2", "max")]
+    assert reads(report, "rmse", "  RMSE: 0.7931") == "0.7931"
+    assert constraints(tmp_path, "assert block_size <= self.config.block_size\n") == []
