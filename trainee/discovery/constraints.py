@@ -25,6 +25,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -252,62 +253,102 @@ def _raises(body: list[ast.stmt]) -> bool:
     )
 
 
-def _checks(module: SourceModule) -> Iterator[_Check]:
-    skip: set[int] = set()
+def _guarded(test: ast.expr, guards: list[ast.expr]) -> ast.expr:
+    """``test`` where it applies: under ``if g:`` a check holds only when ``g`` does, so
+    the constraint is ``not g or test``."""
+    if not guards:
+        return test
+    when = guards[0] if len(guards) == 1 else ast.BoolOp(op=ast.And(), values=list(guards))
+    return ast.BoolOp(op=ast.Or(), values=[_negate(when), test])
 
-    def visit(
-        node: ast.AST,
+
+def _checks(module: SourceModule) -> Iterator[_Check]:
+    def check(
+        test: ast.expr, guards: list[ast.expr], node: ast.AST, code: str, scope: Any, cls: Any
+    ) -> _Check:
+        where = f"{module.rel}:{getattr(node, 'lineno', 0)}"
+        shown = code if not guards else f"{code} (under if {_code(guards[-1])})"
+        return _Check(_guarded(test, guards), where, shown, scope, cls)
+
+    def visit_body(
+        body: list[ast.stmt],
+        guards: list[ast.expr],
         scope: ast.FunctionDef | ast.AsyncFunctionDef | None,
         cls: ast.ClassDef | None,
     ) -> Iterator[_Check]:
+        for stmt in body:
+            yield from visit(stmt, guards, scope, cls)
+
+    def visit(
+        node: ast.AST,
+        guards: list[ast.expr],
+        scope: ast.FunctionDef | ast.AsyncFunctionDef | None,
+        cls: ast.ClassDef | None,
+    ) -> Iterator[_Check]:
+        if isinstance(node, ast.ClassDef):
+            yield from visit_body(node.body, [], None, node)
+            return
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield from visit_body(node.body, [], node, cls)
+            return
+        if isinstance(node, ast.Assert):
+            yield check(node.test, guards, node, _code(node), scope, cls)
+        elif isinstance(node, ast.If):
+            if _raises(node.body):
+                yield check(_negate(node.test), guards, node, _code(node.test, "if "), scope, cls)
+            yield from visit_body(node.body, [*guards, node.test], scope, cls)
+            yield from visit_body(node.orelse, [*guards, _negate(node.test)], scope, cls)
+            yield from _expressions(node.test, guards, scope, cls)
+            return
+        yield from _expressions(node, guards, scope, cls)
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                yield from visit(child, None, child)
-                continue
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                yield from visit(child, child, cls)
-                continue
-            where = f"{module.rel}:{getattr(child, 'lineno', 0)}"
-            if isinstance(child, ast.Assert):
-                yield _Check(child.test, where, _code(child), scope, cls)
-            elif isinstance(child, ast.If) and not child.orelse and id(child) not in skip:
-                if _raises(child.body):
-                    yield _Check(_negate(child.test), where, _code(child.test, "if "), scope, cls)
-                elif len(child.body) == 1 and isinstance(child.body[0], ast.If):
-                    inner = child.body[0]
-                    if _raises(inner.body) and not inner.orelse:
-                        skip.add(id(inner))
-                        both = ast.BoolOp(op=ast.And(), values=[child.test, inner.test])
-                        yield _Check(_negate(both), where, _code(both, "if "), scope, cls)
+            if isinstance(child, ast.stmt):
+                yield from visit(child, guards, scope, cls)
+
+    def _expressions(
+        node: ast.AST,
+        guards: list[ast.expr],
+        scope: ast.FunctionDef | ast.AsyncFunctionDef | None,
+        cls: ast.ClassDef | None,
+    ) -> Iterator[_Check]:
+        """Checks implied by expressions of one statement (not nested statements)."""
+        stack = [c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.stmt)]
+        while stack:
+            child = stack.pop()
+            stack.extend(c for c in ast.iter_child_nodes(child) if not isinstance(c, ast.stmt))
             if isinstance(child, ast.BinOp) and isinstance(child.op, ast.FloorDiv):
                 divisor = _leaf(child.right)
                 if divisor and divisor.lower() in _HEAD_WORDS and _leaf(child.left):
-                    test = ast.Compare(
-                        left=ast.BinOp(left=child.left, op=ast.Mod(), right=child.right),
-                        ops=[ast.Eq()],
-                        comparators=[ast.Constant(0)],
+                    test = _mod_zero(child.left, child.right)
+                    yield check(
+                        test, [], child, _code(child) + " (heads must divide it)", scope, cls
                     )
-                    yield _Check(test, where, _code(child) + " (heads must divide it)", scope, cls)
             if isinstance(child, ast.Call):
                 name = _leaf(child.func) or ""
+                if name == "__init__" and _is_super(child.func) and cls is not None:
+                    name = next((b for b in map(_leaf, cls.bases) if b in _ATTENTION), name)
                 if name in _ATTENTION:
                     width, heads = _attention_args(child, _ATTENTION[name])
                     if width is not None and heads is not None:
-                        test = ast.Compare(
-                            left=ast.BinOp(left=width, op=ast.Mod(), right=heads),
-                            ops=[ast.Eq()],
-                            comparators=[ast.Constant(0)],
-                        )
-                        yield _Check(
-                            test,
-                            where,
-                            f"torch {name}: {_code(width)} must be a multiple of {_code(heads)}",
-                            scope,
-                            cls,
-                        )
-            yield from visit(child, scope, cls)
+                        code = f"torch {name}: {_code(width)} must be a multiple of {_code(heads)}"
+                        yield check(_mod_zero(width, heads), [], child, code, scope, cls)
 
-    yield from visit(module.tree, None, None)
+    yield from visit_body(module.tree.body, [], None, None)
+
+
+def _mod_zero(a: ast.expr, b: ast.expr) -> ast.expr:
+    return ast.Compare(
+        left=ast.BinOp(left=a, op=ast.Mod(), right=b), ops=[ast.Eq()], comparators=[ast.Constant(0)]
+    )
+
+
+def _is_super(func: ast.expr) -> bool:
+    return (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Call)
+        and isinstance(func.value.func, ast.Name)
+        and func.value.func.id == "super"
+    )
 
 
 def _attention_args(

@@ -25,6 +25,7 @@ first of its split.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shlex
 import string
@@ -988,6 +989,42 @@ def _lightning(modules: list[SourceModule]) -> tuple[list[_Known], list[str]]:
     return out, hidden
 
 
+_LIGHTNING_SCAN = 400
+"""Files looked at for a LightningModule the entrypoint does not import (a Hydra app
+names it by ``_target_`` only)."""
+
+
+def _lightning_modules(root: Path, known: list[SourceModule]) -> list[SourceModule]:
+    from trainee.discovery.scan import SKIP_DIRS
+
+    seen = {m.rel for m in known}
+    out: list[SourceModule] = []
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if not d.startswith(".") and d not in SKIP_DIRS and d not in ("tests", "test", "docs")
+        )
+        for name in sorted(filenames):
+            if not name.endswith(".py"):
+                continue
+            count += 1
+            if count > _LIGHTNING_SCAN or len(out) >= MAX_FILES:
+                return out
+            rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+            if rel in seen:
+                continue
+            module = _parse(root, rel)
+            if (
+                module is not None
+                and "LightningModule" in module.text
+                and "self.log" in module.text
+            ):
+                out.append(module)
+    return out
+
+
 def _log_keys(node: ast.AST, stages: list[str]) -> list[str]:
     text = _const_str(node)
     if text is not None:
@@ -1115,7 +1152,7 @@ def propose_metrics(
     if "transformers" in imported or "trl" in imported:
         known += _hf_trainer(modules)
     if imported & {"lightning", "pytorch_lightning"}:
-        lit, logged = _lightning(modules)
+        lit, logged = _lightning([*modules, *_lightning_modules(root_path, modules)])
         known += lit
         hidden = [k for k in logged if _name(k) not in {x.name for x in lit}]
         if hidden:

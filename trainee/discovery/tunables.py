@@ -305,6 +305,11 @@ for _topic, _names in (
     ("networking", "port host address url addr master"),
     ("distributed setup", "rank world nodes node ddp distributed backend dist"),
     ("experiment tracking", "wandb tensorboard mlflow comet entity tags tag"),
+    (
+        "a config group of the run's setup (hardware, callbacks, logging, experiments)",
+        "trainer callbacks callback experiment experiments hparams_search extras launcher",
+    ),
+    ("a count that switches a code path on (repeats, splits)", "repeats splits"),
     ("diagnostics", "verbose verbosity debug quiet print progress tqdm profile profiler"),
     (
         "evaluation (a fixed measurement, not a training knob)",
@@ -424,7 +429,9 @@ def _near_one(d: float, what: str) -> _Bounds:
 
 
 def _float_bounds(family: str | None, d: float | None, leaf: str = "") -> _Bounds:
-    if re.search(r"(?:^|_)(?:prob|probability|p)$", leaf) and (d is None or 0 <= d <= 1):
+    if re.search(r"(?:^|_)(?:prob|probability|p|hflip|vflip|flip)$", leaf) and (
+        d is None or 0 <= d <= 1
+    ):
         return _Bounds(0.0, 1.0, False, "probability name -> bounds 0..1")
     return _float_bounds_of(family, d)
 
@@ -641,6 +648,9 @@ def suggest_tunables_report(
             )
         )
     final = chosen[:limit]
+    for s in final:
+        if s.type == "int" and _family(s.name) == "batch_size" and isinstance(s.default, int):
+            _even_batches(s)
     constraints = _constraints(root_path, entrypoint, final, candidates, project)
     return SuggestionReport(
         suggestions=final,
@@ -763,6 +773,23 @@ def _tie(
         _as_choices(sa, sorted(widths), why)
 
 
+def _even_batches(s: Suggestion) -> None:
+    """Batch sizes as even choices around the default (x/2 .. 2x): an odd batch breaks
+    code that pairs samples (mixup's flip, some norms), and nothing is lost."""
+    d = s.default
+    assert isinstance(d, int)
+    if d < 4:
+        return
+    picks = {d, d // 2 + d // 2 % 2, 2 * d, round(d * 0.75 / 2) * 2, round(d * 1.5 / 2) * 2}
+    lo, hi = s.min_value, s.max_value
+    choices = sorted(c for c in picks if c > 0 and (c == d or (lo or 0) <= c <= (hi or 2 * d)))
+    s.type = "choice"
+    s.choices = choices
+    s.min_value = s.max_value = None
+    s.log = False
+    s.reason += "; even choices x/2..2x (an odd batch breaks code that pairs samples)"
+
+
 def _as_choices(s: Suggestion, choices: list[int], why: str) -> None:
     s.type = "choice"
     s.choices = choices
@@ -822,6 +849,15 @@ def _exclusion(cand: _Candidate, ctx: _Context) -> str | None:
     named = _excluded_name(cand.leaf)
     if named is not None:
         return named
+    is_bool = isinstance(cand.value, bool) or (
+        cand.option is not None and cand.option.type == "bool"
+    )
+    words = set(re.split(r"[^a-z0-9]+", normalize_name(cand.leaf)))
+    if is_bool and words & {"optimizer", "optim", "adam", "adamw", "sgd"}:
+        return (
+            f"'{normalize_name(cand.leaf)}' switches the optimizer, which changes the scale "
+            "the learning rate's range was read for; choose it in launch.args"
+        )
     values = [*(cand.choices or []), cand.value]
     modes = {v.lower() for v in values if isinstance(v, str)} & _MODE_VALUES
     if len(modes) >= 2 or (

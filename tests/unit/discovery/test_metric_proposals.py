@@ -253,13 +253,19 @@ def test_constraints_from_asserts_raises_and_attention(tmp_path: Path) -> None:
                 if tie_weights:
                     if nhid != ninp:
                         raise ValueError("tied needs nhid == emsize")
+                    self.decoder = self.encoder
+        class Wrapped(nn.Transformer):
+            def __init__(self, width, heads):
+                super().__init__(d_model=width, nhead=heads)
+        w = Wrapped(args.n_embd2, args.n_head2)
         """,
     )
     assert got == [
         ("n_embd % n_head == 0", ("n_embd", "n_head")),
         ("warmup <= steps", None),
         ("emsize % nhead == 0", ("emsize", "nhead")),
-        ("not (tied and nhid != emsize)", None),
+        ("not tied or nhid == emsize", None),
+        ("n_embd2 % n_head2 == 0", ("n_embd2", "n_head2")),
     ]
 
 

@@ -54,7 +54,7 @@ def test_mlp_flags_suggestions(tmp_path: Path) -> None:
     )
     assert lr.description == "Adam learning rate (default 1e-3)"
     bs = got["batch_size"]
-    assert (bs.type, bs.default, bs.min_value, bs.max_value, bs.log) == ("int", 16, 8, 32, True)
+    assert (bs.type, bs.default, bs.choices) == ("choice", 16, [8, 12, 16, 24, 32])  # even
     wd = got["weight_decay"]  # the README's good value 3e-3 is inside the range
     assert (wd.default, wd.min_value, wd.max_value, wd.log) == (1e-05, 1e-06, 0.1, True)
 
@@ -260,7 +260,6 @@ BOUNDS: list[tuple[str, Any, str, Any, Any, bool]] = [
     ("momentum", 0.9, "float", 0.0, 0.99, False),
     ("beta2", 0.999, "float", 0.99, 0.9999, False),
     ("ema_decay", 0.95, "float", 0.5, 0.995, False),
-    ("batch_size", 32, "int", 16, 64, True),
     ("hidden_size", 256, "int", 128, 512, True),
     ("num_layers", 4, "int", 2, 8, False),
     ("n_head", 1, "int", 1, 2, False),
@@ -310,7 +309,7 @@ def test_flag_option_ranges_narrow_bounds(make_layout: Callable[[str], Path]) ->
     root = make_layout("click")
     init_project(root)
     got = by_name(report_for(root).suggestions)
-    assert (got["batch_size"].min_value, got["batch_size"].max_value) == (16, 48)
+    assert got["batch_size"].choices == [16, 24, 32, 48]  # even, within IntRange(1, 48)
     assert "option range max 48" in got["batch_size"].reason
     assert (got["weight_decay"].min_value, got["weight_decay"].max_value) == (0.0, 0.1)
     root = make_layout("typer")
