@@ -13,6 +13,7 @@ import anyio
 import msgspec
 
 from trainee.discovery import runplan
+from trainee.discovery.metrics import training_metric_advice
 from trainee.errors import ConfigError, InvalidParams, ProviderError, SandboxError, TraineeError
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout, parse_session_id
@@ -24,7 +25,6 @@ from trainee.metrics.tb_source import tensorboard_available
 from trainee.monitor.tail import INDEX_SUFFIX, READ_CAP, FileTail
 from trainee.session.policy import POLICIES
 from trainee.spec import (
-    ConfigStyle,
     Environment,
     MetricSource,
     ProjectSpec,
@@ -261,7 +261,9 @@ def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
     if not logs:
         if contradicted:
             return _check("metrics", "warn", contradicted, _GOAL_FIX)
-        return _check("metrics", "pass", "no finished round log to try the metric specs on")
+        return _with_primary_advice(
+            spec, _check("metrics", "pass", "no finished round log to try the metric specs on")
+        )
     last = logs[-1]
     shown = f"{last.parent.name}/{last.name}"
     rnd = layout.session(parse_session_id(last.parent.name)).round(int(last.stem.split("-")[-1]))
@@ -294,11 +296,24 @@ def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
             f"on {shown}: matched {', '.join(sorted(found))}; {contradicted}",
             _GOAL_FIX,
         )
-    return _check(
-        "metrics",
-        "pass",
-        f"on {shown}: matched {', '.join(sorted(found)) or '(no stdout or file specs)'}",
+    return _with_primary_advice(
+        spec,
+        _check(
+            "metrics",
+            "pass",
+            f"on {shown}: matched {', '.join(sorted(found)) or '(no stdout or file specs)'}",
+        ),
     )
+
+
+def _with_primary_advice(spec: ProjectSpec, check: Check) -> Check:
+    """A passing metrics row becomes a warning when the primary metric is a training
+    metric; its fix names the validation metric the code prints, if any."""
+    advice = training_metric_advice(spec.project_root, spec.to_project_file())
+    if advice is None:
+        return check
+    detail, fix = advice
+    return _check("metrics", "warn", f"{detail}; {check.detail}", fix)
 
 
 _CHECKED_SOURCES = (

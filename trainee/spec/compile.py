@@ -13,7 +13,6 @@ import enum
 import math
 import os
 import re
-import string
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar, cast

@@ -86,6 +86,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         )
     if init.get("backup"):
         sys.stdout.write(f"backup of the old project.yaml: {init['backup']}\n")
+    for i, m in enumerate(init.get("metrics", [])):
+        role = "primary metric" if i == 0 else "metric"
+        sys.stdout.write(f"{role}: {m['name']} ({m['split']}, {m['goal']}) from {m['where']}\n")
     for note in init.get("notes", []):
         sys.stdout.write(f"note: {note}\n")
     _provider_line(result.get("provider_test"))
@@ -113,14 +116,33 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if prep["params_written"]:
         sys.stdout.write(f" ({', '.join(prep['params_written'])})")
     sys.stdout.write(f"\ncontext.md: {prep['context']}\n")
+    for c in prep.get("constraints", []):
+        sys.stdout.write(f"constraint: {c['expr']} ({c['reason']})\n")
+    _excluded(prep.get("excluded", []))
     for skipped in prep.get("skipped", []):
         sys.stdout.write(f"skipped {skipped['name']}: {skipped['reason']}\n")
+    metrics = prep.get("metrics", [])
+    sys.stdout.write(
+        f"metrics: {', '.join(metrics)} (primary first)\n"
+        if metrics
+        else "metrics: none in project.yaml (rounds are ranked by the built-in training loss)\n"
+    )
     for note in prep.get("notes", []):
         sys.stdout.write(f"note: {note}\n")
     _provider_line(result.get("provider_test"))
     if prep["params_written"]:
         sys.stdout.write("review .trainee/tuning.yaml: only safe parameters should be listed\n")
     return 0
+
+
+def _excluded(items: list[dict[str, Any]]) -> None:
+    """One line per candidate left out, with the reason (beyond-the-limit ones counted)."""
+    extra = [e for e in items if e["reason"].startswith("beyond the limit")]
+    for e in items:
+        if e not in extra:
+            sys.stdout.write(f"left out {e['key']}: {e['reason']}\n")
+    if extra:
+        sys.stdout.write(f"left out {len(extra)} more beyond the limit (see --limit)\n")
 
 
 def _bounds(s: dict[str, Any]) -> str:
@@ -151,8 +173,9 @@ def cmd_tunables(args: argparse.Namespace) -> int:
         target = s.get("flag") or s.get("config_path") or s.get("override") or ""
         table.add_row(s["name"], target, s["type"], str(s.get("default")), _bounds(s), s["reason"])
     console().print(table)
-    if result["excluded"]:
-        sys.stdout.write(f"left out {len(result['excluded'])} candidates (see --json for why)\n")
+    for c in result.get("constraints", []):
+        sys.stdout.write(f"constraint: {c['expr']} ({c['reason']})\n")
+    _excluded(result["excluded"])
     for note in result.get("notes", []):
         sys.stdout.write(f"note: {note}\n")
     if result.get("applied"):
