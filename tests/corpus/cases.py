@@ -536,9 +536,9 @@ HTTP_CASES: list[HttpCase] = [
         "tool body huge",
         "POST",
         "/api/tools/loop_get",
-        400,
+        413,
         body=b" " * (17 * 2**20) + b"{}",
-        expect=("not valid JSON",),
+        expect=("request body too large (16777216 bytes max)",),
     ),
     HttpCase(
         "tool params wrong type",

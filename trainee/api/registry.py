@@ -134,6 +134,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._methods: dict[str, Method[Any]] = {}
+        self._schemas: tuple[int, bytes] | None = None
 
     def method(
         self,
@@ -187,6 +188,13 @@ class Registry:
         return await method.handler(ctx, params)
 
     def tool_schemas(self) -> list[dict[str, Any]]:
+        """Every method's function schema (built once: the table does not change after
+        start-up; a copy each call, so callers may change theirs)."""
+        if self._schemas is None or self._schemas[0] != len(self._methods):
+            self._schemas = (len(self._methods), msgspec.json.encode(self.fresh_tool_schemas()))
+        return list(msgspec.json.decode(self._schemas[1]))
+
+    def fresh_tool_schemas(self) -> list[dict[str, Any]]:
         return [m.tool_schema() for m in self]
 
 

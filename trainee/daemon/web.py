@@ -432,15 +432,14 @@ async def _stored_page(store: Store, session: str, cursor: int, below: int) -> l
 
 async def _batches(sub: Subscription) -> AsyncIterator[list[Event]]:
     """Live events in batches: wait for one, then take what is already queued."""
-    receive = sub._receive
     while True:
         try:
-            batch = [await receive.receive()]
+            batch = [await sub.receive()]
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             return
         while len(batch) < BATCH_MAX:
             try:
-                batch.append(receive.receive_nowait())
+                batch.append(sub.receive_nowait())
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                 break
         yield batch

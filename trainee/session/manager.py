@@ -389,6 +389,10 @@ class SessionManager:
     def running_sessions(self) -> list[SessionRecord]:
         return [r.runner.record for r in self._running.values()]
 
+    def monitor_pids(self) -> set[int]:
+        """Pids of the monitors of every round being launched or watched, all sessions."""
+        return {pid for r in self._running.values() for pid in r.runner.monitors.values()}
+
     def control_of(self, root: str, index: int) -> SessionControl | None:
         running = self._running.get((root, index))
         return running.control if running else None
