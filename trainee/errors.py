@@ -17,12 +17,14 @@ __all__ = [
     "BudgetExceeded",
     "ConfigError",
     "DaemonNotRunning",
+    "Forbidden",
     "InternalError",
     "InvalidDecision",
     "InvalidParams",
     "InvalidRequest",
     "InvalidState",
     "LaunchError",
+    "LimitExceeded",
     "MethodNotFound",
     "NotAvailable",
     "NotFound",
@@ -215,6 +217,21 @@ class SandboxError(LaunchError):
     kind = "sandbox"
 
 
+class LimitExceeded(TraineeError):
+    """A request or a client went over one of the daemon's limits (connections, batch
+    length, reply size, ...); ``data`` names the limit. Nothing was changed."""
+
+    code = 1020
+    kind = "limit"
+
+
+class Forbidden(TraineeError):
+    """The caller may not use the daemon at all (e.g. a training job on the socket)."""
+
+    code = 1021
+    kind = "forbidden"
+
+
 class DaemonNotRunning(TraineeError):
     """Client side only: no daemon answered on the socket."""
 
@@ -240,6 +257,8 @@ _ALL: tuple[type[TraineeError], ...] = (
     ShuttingDown,
     InvalidDecision,
     SandboxError,
+    LimitExceeded,
+    Forbidden,
     DaemonNotRunning,
 )
 _BY_NAME: dict[str, type[TraineeError]] = {cls.__name__: cls for cls in _ALL}

@@ -14,7 +14,8 @@ from trainee.api.context import CallContext
 from trainee.api.methods import registry
 from trainee.api.project_methods import project_root_of
 from trainee.errors import InvalidParams, InvalidState, NotFound, ProviderError, SandboxError
-from trainee.launch.layout import ProjectLayout, parse_session_id
+from trainee.ids import parse_session
+from trainee.launch.layout import ProjectLayout
 from trainee.launch.sandbox import check_bwrap
 from trainee.research.decision import plan_json_schema
 from trainee.research.state import new_state, record_round
@@ -38,13 +39,6 @@ async def existing_store(ctx: CallContext, root: str) -> Store:
     if not ProjectLayout.for_root(root).database.exists():
         raise NotFound(f"no session in {root} (it has no runtime database)", {"project_root": root})
     return await manager_of(ctx).store_for(root)
-
-
-def _session_index(session: str) -> int:
-    try:
-        return parse_session_id(session)
-    except ValueError as exc:
-        raise InvalidParams(str(exc), {"field": "session", "reason": "bad session id"}) from None
 
 
 def _public(rec: SessionRecord) -> dict[str, Any]:
@@ -206,7 +200,7 @@ async def _resolve_session(ctx: CallContext, params: w.SessionParams) -> tuple[s
         if not sessions:
             raise NotFound(f"no session in {root}", {"project_root": root})
         return root, sessions[-1]
-    return root, await store.get_session(_session_index(params.session))
+    return root, await store.get_session(parse_session(params.session))
 
 
 class LoopGetResult(msgspec.Struct, kw_only=True):
@@ -397,7 +391,7 @@ async def prompt_preview(ctx: CallContext, params: w.PromptPreviewParams) -> Pro
     state = new_state(primary, goal)
     if params.session:
         store = await existing_store(ctx, root)
-        for r in await store.list_rounds(_session_index(params.session)):
+        for r in await store.list_rounds(parse_session(params.session)):
             if r.status in FINISHED:
                 from trainee.research.state import RoundSummary
 

@@ -127,6 +127,8 @@ class SessionRunner:
         self.backend: Backend | None = None
         self._outputs_lock = anyio.Lock()
         self._failure_tail: list[str] = []
+        self.monitors: dict[int, int] = {}
+        """Round index -> pid of its monitor, for the rounds being launched or watched."""
 
     # -- events ----------------------------------------------------------------
 
@@ -584,6 +586,8 @@ class SessionRunner:
         rnd.session.artifacts.mkdir(parents=True, exist_ok=True)
         job = self._job(spec, rec, rnd, rendered.argv, rendered.env, rendered.cwd)
         ref = await self.backend.submit(job)
+        if ref.pid is not None:
+            self.monitors[rec.index] = ref.pid
         now = time.time()
         await self.store.update_round(
             self.record.index,
@@ -698,6 +702,25 @@ class SessionRunner:
         )
 
     async def _watch_round(
+        self,
+        spec: ProjectSpec,
+        rec: RoundRecord,
+        rnd: RoundLayout,
+        ref: JobRef,
+        job: RoundJob,
+        *,
+        readopted: bool,
+    ) -> RoundSummary | None:
+        """Watch the round to its end; its monitor's pid is in ``monitors`` meanwhile
+        (the daemon refuses socket peers that descend from it)."""
+        if ref.pid is not None:
+            self.monitors[rec.index] = ref.pid
+        try:
+            return await self._watch_round_now(spec, rec, rnd, ref, job, readopted=readopted)
+        finally:
+            self.monitors.pop(rec.index, None)
+
+    async def _watch_round_now(
         self,
         spec: ProjectSpec,
         rec: RoundRecord,
