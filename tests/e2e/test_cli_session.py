@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import select
 import subprocess
 import sys
@@ -40,7 +41,11 @@ def test_logs_report_and_attach_from_inside_the_project(daemon: Daemon, tmp_path
     assert logs.returncode == 0 and logs.stdout == log2.read_text()
     follow = run_cli("logs", "-f", "session-0001", "1", env=daemon.env, cwd=project, timeout=60)
     assert follow.returncode == 0  # a finished session: follows round 1 into round 2, then ends
-    assert "==> round 2 <==" in follow.stdout and follow.stdout.endswith(log2.read_text())
+    log1 = log2.with_name("round-0001.log").read_text()
+    assert follow.stdout.startswith(f"==> round 1 <==\n{log1}\n==> round 2 <==\n{log2.read_text()}")
+    assert re.search(
+        r"\n\n==> session-0001 finished \(max_rounds\); best round \d <==\n$", follow.stdout
+    )
     missing = run_cli("logs", "session-0001", "7", env=daemon.env, cwd=project)
     assert missing.returncode == 4 and "no round 7" in missing.stderr
 

@@ -50,14 +50,14 @@ def spawn_daemon(extra_args: list[str] | None = None) -> str:
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     log = log_path()
     read_fd, write_fd = os.pipe()
-    port = os.environ.get("TRAINEE_HTTP_PORT", "8000")
+    port, _ = paths.http_port()
     cmd = [
         sys.executable,
         "-m",
         "trainee.daemon",
         "--port",
-        port,
-        "--port-fallback",
+        str(port),
+        "--port-fallback",  # the CLI needs the socket: a taken HTTP port gives way
         "--ready-fd",
         str(write_fd),
         *(extra_args or []),
@@ -131,7 +131,14 @@ def ensure_daemon(timeout: float | None = 60.0) -> RpcClient:
     return connect(timeout)
 
 
-def call(method: str, params: dict[str, Any] | None = None, *, autostart: bool = True) -> Any:
-    client = ensure_daemon() if autostart else connect()
+def call(
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    autostart: bool = True,
+    timeout: float | None = 60.0,
+) -> Any:
+    """One call; a daemon is started first when none answers (unless not ``autostart``)."""
+    client = ensure_daemon(timeout) if autostart else connect(timeout)
     with client:
         return client.call(method, params or {})

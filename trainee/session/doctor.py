@@ -18,6 +18,7 @@ from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import command_prefix
 from trainee.launch.sandbox import check_bwrap
 from trainee.metrics.extract import Extractor
+from trainee.policies import needs_provider
 from trainee.spec import Environment, MetricSource, ProjectSpec, SecurityMode, load_project
 
 Status = Literal["pass", "warn", "fail"]
@@ -242,7 +243,7 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
             "live test skipped (--skip-provider-test)",
             "run trainee doctor without it before trainee run",
         )
-    if policy in ("random", "tpe", "external"):
+    if not needs_provider(policy):
         return _check("provider", "pass", f"policy {policy} needs no provider")
     from trainee.llm.client import live_test
     from trainee.llm.settings import load_settings

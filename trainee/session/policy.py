@@ -21,8 +21,6 @@ from trainee.research.decision import DecisionPlan, effective_params, params_dif
 from trainee.research.state import ResearchState, RoundSummary
 from trainee.spec import ParamType, TunableSpec
 
-POLICIES = ("llm", "random", "tpe", "hybrid", "external")
-
 
 @dataclass
 class Proposal:
