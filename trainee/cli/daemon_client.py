@@ -70,7 +70,8 @@ def spawn_daemon(extra_args: list[str] | None = None) -> str:
             stdout=log_fh,
             stderr=log_fh,
             pass_fds=(write_fd,),
-            start_new_session=True,
+            start_new_session=True,  # a Ctrl-C in the terminal that started it is not its
+            cwd="/",  # it holds no project's folder (every path it gets is absolute)
             close_fds=True,
         )
     os.close(write_fd)

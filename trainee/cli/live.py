@@ -529,9 +529,9 @@ def watch_session(
                 if attach or stopping:
                     view.stop()
                     sys.stderr.write(
-                        f"\ndetached from {session}; it goes on in the daemon "
-                        f"(watch again: trainee attach {session}; stop it: "
-                        f"{stop_hint(session, project_root)})\n"
+                        f"\ndetached from {session}; it goes on in the daemon\n"
+                        f"  watch it again: trainee attach {session}\n"
+                        f"  stop it:        {stop_hint(session, project_root)}\n"
                     )
                     return 0
                 stopping = True
