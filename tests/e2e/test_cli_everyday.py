@@ -64,6 +64,15 @@ def test_json_before_or_after_the_command_is_the_same(daemon: Daemon) -> None:
     assert daemon.cli("--json", "version").json()["version"]
     sent = daemon.cli("--json", "call", "loop_get", "--input", '{"project_root": "/"}')
     assert sent.returncode == 4 and sent.json()["error"]["data"]["type"] == "NotFound"
+    wrong = daemon.cli("call", "logs_tail", "--input", '{"session": "x", "round": 0}')
+    assert wrong.returncode == 2 and "$." not in wrong.stderr, wrong.stderr
+    assert "logs_tail: invalid params: round: expected int >= 1" in wrong.stderr
+
+
+def test_doctor_without_a_project_says_to_run_init(daemon: Daemon, tmp_path: Path) -> None:
+    result = run_cli("doctor", str(tmp_path), env={**daemon.env, "COLUMNS": "250"})
+    assert result.returncode == 1
+    assert "run `trainee init` to create .trainee/project.yaml" in result.stdout, result.stdout
 
 
 def _pause(seconds: float) -> None:

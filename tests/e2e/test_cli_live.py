@@ -194,9 +194,9 @@ def test_attach_detaches_on_ctrl_c_and_status_restarts_a_dead_daemon(
                  "trainee stop session-0001"):  # fmt: skip
         assert hint in started.stderr, started.stderr
 
-    term = Terminal(["attach", "session-0001"], env, held)
-    try:
-        term.wait_for(lambda t: bool(STATUS.search(t)) and "holding step" in t)
+    term = Terminal(["attach", "session-0001", "--full-output"], env, held)
+    try:  # every output line this time: they scroll up past the tail's bound
+        term.wait_for(lambda t: bool(STATUS.search(t)) and len(_holding_lines(term)) > TAIL_LINES)
         term.ctrl_c()
         assert term.wait_exit() == 0
         assert "detached from session-0001" in term.text()
