@@ -215,7 +215,7 @@ def cmd_webui(args: argparse.Namespace) -> int:
         if asked not in (None, 0) and where.port != asked:
             notes.append(f"port {asked} was taken: the dashboard is on port {where.port}")
     else:
-        if args.host not in ("127.0.0.1", where.hostname) or asked not in (None, where.port):
+        if args.host not in ("127.0.0.1", where.hostname) or asked not in (None, 0, where.port):
             notes.append(
                 f"a daemon is already running (pid {hello['pid']}) at {http_url}; "
                 "--host/--port/--reload apply only when the daemon starts "
