@@ -23,7 +23,7 @@ from trainee.metrics.extract import Extractor
 from trainee.metrics.tb_source import INSTALL_HINT as TB_INSTALL_HINT
 from trainee.metrics.tb_source import tensorboard_available
 from trainee.monitor.tail import INDEX_SUFFIX, READ_CAP, FileTail
-from trainee.session.policy import POLICIES
+from trainee.policies import POLICIES, needs_provider
 from trainee.spec import (
     Environment,
     MetricSource,
@@ -346,7 +346,7 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
             "live test skipped (--skip-provider-test)",
             "run trainee doctor without it before trainee run",
         )
-    if policy in ("random", "tpe", "external"):
+    if not needs_provider(policy):
         return _check("provider", "pass", f"policy {policy} needs no provider")
     from trainee.llm.client import live_test
     from trainee.llm.settings import load_settings
