@@ -58,13 +58,13 @@ async def _provider_test(
 ) -> dict[str, Any]:
     if skip:
         return {"skipped": True}
-    from trainee.llm.client import live_test
+    from trainee.llm.client import live_test_all
     from trainee.llm.settings import load_settings
 
     settings = load_settings(env or dict(os.environ))
     if settings.provider == "none":
         return {"ok": False, "provider": "none", "error": "no LLM provider configured"}
-    return await live_test(settings)
+    return await live_test_all(settings)
 
 
 class InitOutput(msgspec.Struct, kw_only=True):

@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from trainee.spec import ParamType, TunableSpec
+from trainee.spec import ParamType, TunableSpec, format_float
 
 __all__ = [
     "PLAN_KEYS",
@@ -37,10 +37,12 @@ __all__ = [
     "params_equal",
     "parse_plan",
     "parse_plans",
+    "placeholder_problem",
     "plan_field",
     "plan_json_schema",
     "plans_json_schema",
     "repair_message",
+    "resolve_stop",
     "suggest_name",
     "validate_plan",
     "validate_plans",
@@ -145,8 +147,14 @@ def plan_field(index: int, field: str) -> str:
 # -- schema ------------------------------------------------------------------------------
 
 
-def plan_json_schema(tunables: Sequence[TunableSpec]) -> dict[str, Any]:
-    """The JSON schema of a plan for these tunables (sent to providers that support it)."""
+def plan_json_schema(
+    tunables: Sequence[TunableSpec], *, metric: str | None = None
+) -> dict[str, Any]:
+    """The JSON schema of a plan for these tunables (sent to providers that support it).
+
+    Its texts name no example value: a weak model copies examples (a hard-coded
+    "val_loss < 0.25" became a stop_reason in a project without val_loss)."""
+    name = metric or "the primary metric"
     props: dict[str, Any] = {}
     for t in tunables:
         props[t.name] = _param_schema(t)
@@ -172,13 +180,16 @@ def plan_json_schema(tunables: Sequence[TunableSpec]) -> dict[str, Any]:
             },
             "expected": {
                 "type": "string",
-                "description": "The success criterion: a number or direction for the "
-                "primary metric, e.g. 'val_loss < 0.25' or 'val_loss decreases by 5%'.",
+                "description": f"The success criterion: a threshold or a direction for {name}.",
             },
-            "stop": {"type": "boolean", "description": "true to end the session."},
+            "stop": {
+                "type": "boolean",
+                "description": "false to run this change; true (with params {}) to end the "
+                "session.",
+            },
             "stop_reason": {
                 "type": "string",
-                "description": "Why the session should stop (required when stop is true).",
+                "description": "Why the session should stop (only when stop is true).",
             },
         },
         "required": list(PLAN_KEYS),
@@ -186,10 +197,13 @@ def plan_json_schema(tunables: Sequence[TunableSpec]) -> dict[str, Any]:
     }
 
 
-def plans_json_schema(tunables: Sequence[TunableSpec], k: int) -> dict[str, Any]:
-    """The JSON schema of a k-plan answer: ``{"plans": [plan, ...]}``, 1 to k plans."""
+def plans_json_schema(
+    tunables: Sequence[TunableSpec], k: int, *, metric: str | None = None
+) -> dict[str, Any]:
+    """The JSON schema of a k-plan answer: ``{"plans": [plan, ...]}``, exactly k plans
+    (what validation asks for)."""
     k = max(1, k)
-    item = plan_json_schema(tunables)
+    item = plan_json_schema(tunables, metric=metric)
     return {
         "title": "DecisionPlans",
         "type": "object",
@@ -199,7 +213,7 @@ def plans_json_schema(tunables: Sequence[TunableSpec], k: int) -> dict[str, Any]
                 "description": f"Exactly {k} plans with different hypotheses; each one is run "
                 "as its own round, at the same time as the others.",
                 "items": item,
-                "minItems": 1,
+                "minItems": k,
                 "maxItems": k,
             },
         },
@@ -619,6 +633,62 @@ def _unknown_reason(name: str, tunables: Sequence[TunableSpec]) -> str:
 # -- validation --------------------------------------------------------------------------
 
 
+_PLACEHOLDER = re.compile(
+    r"^(?:[\W_]*|<[^<>]*>|\{\{?\w+\}?\}|(?:todo|tbd|tba|n/?a|none|null|string|text|"
+    r"placeholder|example|reason|hypothesis|change[ _]summary|expected|x{3,}|\.\.\.|\u2026)"
+    r"[\W_]*)$",
+    re.IGNORECASE,
+)
+"""Texts that are no answer: empty, punctuation only (``...``, ``-``), a ``<...>`` or
+``{name}`` template slot, or a bare word such as ``TODO``, ``string``, ``hypothesis``."""
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.sub(r"[^\w%<>=.]+", " ", text.lower()).split()).strip(" .")
+
+
+_TEMPLATE_TEXTS: frozenset[str] = frozenset(
+    _plain(t)
+    for t in (
+        "Why this change should improve the primary metric, given the evidence so far.",
+        "The change in a few words, and why it beats the alternatives.",
+        "The success criterion: a threshold or a direction for the primary metric.",
+        "Why the session should stop (only when stop is true).",
+        "why this change should help, given the evidence above",
+        "the change in a few words, and why it beats the alternatives",
+        "the success criterion as a number or direction",
+        "why the session should end",
+    )
+)
+"""The schema's and the prompt's own descriptions: an answer that copies one is a copy."""
+
+
+def placeholder_problem(text: str) -> str | None:
+    """Why ``text`` is no real answer (empty, a template slot or the template's own
+    wording copied), or None. Used for hypothesis, change_summary, expected and
+    stop_reason: a weak model copies ``"..."`` from the answer example."""
+    flat = " ".join(str(text).split())
+    if not flat:
+        return "must not be empty"
+    if _PLACEHOLDER.match(flat):
+        return f"{_show(flat)} is a placeholder, not an answer: write it for this change"
+    if _plain(flat) in _TEMPLATE_TEXTS:
+        return "copies the template's description: write it for this change"
+    return None
+
+
+def resolve_stop(plan: DecisionPlan) -> tuple[DecisionPlan, str | None]:
+    """A plan that says ``stop`` but also changes parameters is a change: the change runs
+    (the stop is asked again after it). Returns the plan to validate and a note."""
+    if plan.stop and plan.params:
+        note = (
+            "the answer set stop to true but also proposed a change: the change runs, "
+            "and stopping is asked again after it"
+        )
+        return msgspec.structs.replace(plan, stop=False), note
+    return plan, None
+
+
 def validate_plan(
     plan: DecisionPlan,
     tunables: Sequence[TunableSpec],
@@ -626,20 +696,32 @@ def validate_plan(
     baseline: dict[str, Any],
     tried: Iterable[dict[str, Any]],
     rejected: Iterable[dict[str, Any]],
+    stop_refused: str | None = None,
 ) -> list[Problem]:
     """Every rule the plan breaks (empty list = runnable).
 
     ``tried`` and ``rejected`` hold full effective parameter dicts of earlier rounds.
+    ``stop_refused``: why a stop is not honoured now (the session has not run
+    ``decision.min_rounds`` rounds yet); None when stopping is allowed.
     """
     problems: list[Problem] = []
     by_name = {t.name: t for t in tunables}
     if plan.stop:
-        if not plan.stop_reason.strip():
-            problems.append(Problem("stop_reason", "required when stop is true"))
+        if stop_refused is not None:
+            problems.append(Problem("stop", stop_refused))
+        elif (why := placeholder_problem(plan.stop_reason)) is not None:
+            problems.append(
+                Problem(
+                    "stop_reason",
+                    f"{why} (required when stop is true); or set stop to false and "
+                    "propose a change to run it",
+                )
+            )
     else:
         for key in ("hypothesis", "change_summary", "expected"):
-            if not str(getattr(plan, key)).strip():
-                problems.append(Problem(key, "must not be empty"))
+            why = placeholder_problem(str(getattr(plan, key)))
+            if why is not None:
+                problems.append(Problem(key, why))
         if not plan.params:
             problems.append(
                 Problem(
@@ -684,6 +766,7 @@ def validate_plans(
     baseline: dict[str, Any],
     tried: Iterable[dict[str, Any]],
     rejected: Iterable[dict[str, Any]],
+    stop_refused: str | None = None,
 ) -> list[list[Problem]]:
     """Every rule each plan of a batch breaks, one list per plan (None: nothing to check).
 
@@ -699,7 +782,14 @@ def validate_plans(
         if plan is None:
             out.append([])
             continue
-        problems = validate_plan(plan, tunables, baseline=baseline, tried=tried, rejected=rejected)
+        problems = validate_plan(
+            plan,
+            tunables,
+            baseline=baseline,
+            tried=tried,
+            rejected=rejected,
+            stop_refused=stop_refused,
+        )
         if plan.stop or not plan.params:
             out.append(problems)
             continue
@@ -741,20 +831,27 @@ def _value_problem(spec: TunableSpec, value: Any) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return f"must be a finite number, got {value}"
     if spec.type == ParamType.INT and isinstance(value, float) and not value.is_integer():
-        return f"must be an integer, got {value!r}"
+        return f"must be an integer, got {format_value(value)}"
     lo, hi = spec.min_value, spec.max_value
+    shown = format_value(value)
     if lo is not None and value < lo:
-        return f"{value!r} is below the minimum {lo!r} (bounds are inclusive: {_bounds(spec)})"
+        return (
+            f"{shown} is below the minimum {format_value(lo)} "
+            f"(bounds are inclusive: {_bounds(spec)})"
+        )
     if hi is not None and value > hi:
-        return f"{value!r} is above the maximum {hi!r} (bounds are inclusive: {_bounds(spec)})"
+        return (
+            f"{shown} is above the maximum {format_value(hi)} "
+            f"(bounds are inclusive: {_bounds(spec)})"
+        )
     if spec.log and value <= 0:
-        return f"{value!r} must be > 0 (log-scale parameter)"
+        return f"{shown} must be > 0 (log-scale parameter)"
     return None
 
 
 def _bounds(spec: TunableSpec) -> str:
-    lo = "-inf" if spec.min_value is None else repr(spec.min_value)
-    hi = "inf" if spec.max_value is None else repr(spec.max_value)
+    lo = "-inf" if spec.min_value is None else format_value(spec.min_value)
+    hi = "inf" if spec.max_value is None else format_value(spec.max_value)
     return f"[{lo}, {hi}]"
 
 
@@ -797,10 +894,11 @@ def params_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
 # -- repair ------------------------------------------------------------------------------
 
 
-def repair_message(problems: list[Problem], *, plans: int = 1) -> str:
+def repair_message(problems: list[Problem], *, plans: int = 1, stop_allowed: bool = True) -> str:
     """The one repair request: every problem, the rules again, corrected JSON only.
 
     With ``plans`` > 1 it asks for the corrected ``{"plans": [...]}`` answer of a batch.
+    ``stop_allowed`` False: the session may not stop yet, so the request offers no stop.
     """
     batch = plans > 1
     if batch:
@@ -837,9 +935,16 @@ def repair_message(problems: list[Problem], *, plans: int = 1) -> str:
     if not batch:
         lines.append("- Do not repeat a parameter set that was already tried or rejected.")
     lines += [
-        "- expected states the success criterion for the primary metric (a number or a direction).",
-        "- To end the session set stop to true and give a stop_reason"
-        + (" (one plan is enough)." if batch else "."),
+        "- hypothesis, change_summary and expected are your own words for this change "
+        '(no placeholders such as "..."); expected states the success criterion for the '
+        "primary metric (a threshold or a direction).",
+        "- Set stop to false to run a change."
+        + (
+            " To end the session instead: stop true, params {} and a stop_reason"
+            + (", in every plan." if batch else ".")
+            if stop_allowed
+            else " Stopping is not allowed yet: propose a change."
+        ),
         "",
         "Reply with the corrected JSON object only.",
     ]
@@ -850,13 +955,14 @@ def repair_message(problems: list[Problem], *, plans: int = 1) -> str:
 
 
 def format_value(value: Any) -> str:
-    """A parameter value as the model sees it: JSON spelling (true, null, 0.001)."""
+    """A parameter value as the model sees it: JSON spelling (true, null, 0.001, 1e-5;
+    floats by the one formatter, :func:`trainee.spec.format_float`)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return repr(value)
+        return format_float(value)
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
