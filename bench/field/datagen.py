@@ -5,7 +5,7 @@ for a round of a few seconds to a minute on 2 CPU cores, in the format the proje
 own loading code expects.
 
     python datagen.py corpus OUT.txt [--chars N]        English-like text, one sentence a line
-    python datagen.py lines-from SRC OUT [--lines N]     the first N lines of a file the project ships
+    python datagen.py lines-from SRC OUT [--skip K] [--lines N]  N lines of a file the project ships
     python datagen.py mnist-raw DIR                      MNIST idx files (torchvision's raw/ layout)
     python datagen.py imagefolder DIR                    train/ and validation/ class folders of PNGs
     python datagen.py tokenizer CORPUS DIR               a small BPE tokenizer (transformers format)
@@ -67,7 +67,7 @@ def cmd_lines_from(args: argparse.Namespace) -> None:
     src = Path(args.src).read_text(errors="replace").splitlines(keepends=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(src[: args.lines]))
+    out.write_text("".join(src[args.skip : args.skip + args.lines]))
 
 
 def _digit_images(count: int, seed: int) -> tuple[bytes, bytes]:
@@ -192,6 +192,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("src")
     p.add_argument("out")
     p.add_argument("--lines", type=int, default=2000)
+    p.add_argument("--skip", type=int, default=0)
     p.set_defaults(func=cmd_lines_from)
     p = sub.add_parser("mnist-raw")
     p.add_argument("dir")

@@ -464,7 +464,7 @@ def run_project(
     argv = [t, "run", "--policy", "tpe", "--max-rounds", "3"]
     rc = step("run", argv, timeout=args.session_minutes * 60)
     if rc is None:
-        subprocess.run([t, "stop", str(project_dir)], env=env, cwd=project_dir, check=False)
+        subprocess.run([t, "stop"], env=env, cwd=project_dir, check=False)
     describe_session(project_dir, Path(res.steps[-1].log), rc, res)
     return res
 
