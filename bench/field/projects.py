@@ -32,6 +32,9 @@ class Project:
     limit: str  # the training-limit option
     metric: str  # the validation metric a user would select on
     style: str  # what kind of project this is
+    # what the user exports before `trainee run` (the caller's environment reaches the
+    # job); a fix of the project's own environment, not of what trainee proposed
+    env: tuple[tuple[str, str], ...] = ()
 
 
 # The venvs under the cache folder. Torch is the local 2.13.0 CPU wheel; torchvision
@@ -45,7 +48,8 @@ VENVS: dict[str, tuple[tuple[str, ...], ...]] = {
             "pandas",
             "scikit-learn",
             "transformers<4.46",
-            "datasets",
+            "datasets<3",  # run_clm.py of transformers 4.28 passes use_auth_token
+            "pyarrow<20",
             "evaluate",
             "tokenizers",
             "accelerate",
@@ -143,6 +147,9 @@ PROJECTS: tuple[Project, ...] = (
         limit="trainer.max_epochs",
         metric="val/acc",
         style="Hydra (@hydra.main, config groups) + Lightning",
+        # the template (2023) tests with ckpt_path="best": torch >= 2.6 loads with
+        # weights_only=True and refuses the pickled SimpleDenseNet of its hparams
+        env=(("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1"),),
     ),
     Project(
         name="timm",

@@ -390,6 +390,9 @@ def run_project(
     env = dict(env_base)
     env["PATH"] = f"{venv / 'bin'}:{env_base['PATH']}"
     env["VIRTUAL_ENV"] = str(venv)
+    env.update(project.env)
+    if project.env:
+        res.notes.append("caller env: " + " ".join(f"{k}={v}" for k, v in project.env))
 
     def step(name: str, argv: list[str], timeout: float = STEP_TIMEOUT) -> int | None:
         log = logs / f"{len(res.steps) + 1:02d}-{name}.txt"
