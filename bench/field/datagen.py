@@ -4,7 +4,7 @@ Nothing here is downloaded: every file is made from a seeded generator, small en
 for a round of a few seconds to a minute on 2 CPU cores, in the format the project's
 own loading code expects.
 
-    python datagen.py corpus OUT.txt [--chars N]        English-like text, one sentence a line
+    python datagen.py corpus OUT [--chars N] [--format text|wiki40b]  English-like text
     python datagen.py lines-from SRC OUT [--skip K] [--lines N]  N lines of a file the project ships
     python datagen.py mnist-raw DIR                      MNIST idx files (torchvision's raw/ layout)
     python datagen.py imagefolder DIR                    train/ and validation/ class folders of PNGs
@@ -17,6 +17,7 @@ Each command is idempotent: it rewrites its output from the same seed.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import struct
 import sys
@@ -60,7 +61,18 @@ def corpus_text(chars: int, seed: int = 1337) -> str:
 def cmd_corpus(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(corpus_text(args.chars, args.seed))
+    text = corpus_text(args.chars, args.seed)
+    if args.format == "wiki40b":
+        # JSON lines of wiki40b's text field: articles of marked paragraphs
+        lines = text.splitlines()
+        records = []
+        for i in range(0, len(lines), 8):
+            paragraph = "_NEWLINE_".join(lines[i : i + 8])
+            body = f"\n_START_ARTICLE_\nArticle {i // 8}\n_START_PARAGRAPH_\n{paragraph}\n"
+            records.append(json.dumps({"text": body}))
+        out.write_text("\n".join(records) + "\n")
+    else:
+        out.write_text(text)
 
 
 def cmd_lines_from(args: argparse.Namespace) -> None:
@@ -187,6 +199,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("out")
     p.add_argument("--chars", type=int, default=200_000)
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--format", choices=("text", "wiki40b"), default="text")
     p.set_defaults(func=cmd_corpus)
     p = sub.add_parser("lines-from")
     p.add_argument("src")

@@ -54,6 +54,7 @@ VENVS: dict[str, tuple[tuple[str, ...], ...]] = {
             "tokenizers",
             "accelerate",
             "mlflow-skinny",
+            "skops",  # mlflow.sklearn.log_model serializes with it
             "tensorboard",
         ),
     ),
@@ -189,14 +190,16 @@ PROJECTS: tuple[Project, ...] = (
         root=".",
         venv="torch",
         setup=(
-            "{py} {datagen} corpus data/train.txt --chars 120000 --seed 1",
-            "{py} {datagen} corpus data/valid.txt --chars 20000 --seed 2",
-            "{py} {datagen} tokenizer data/train.txt tokenizer",
+            # this run_clm.py keeps only wiki40b's marked paragraphs (preprocess.py)
+            "{py} {datagen} corpus data/train.json --chars 120000 --seed 1 --format wiki40b",
+            "{py} {datagen} corpus data/valid.json --chars 20000 --seed 2 --format wiki40b",
+            "{py} {datagen} corpus data/tokenizer-corpus.txt --chars 120000 --seed 1",
+            "{py} {datagen} tokenizer data/tokenizer-corpus.txt tokenizer",
             "{py} {datagen} evaluate-accuracy .",
         ),
         command=(
             "python run_clm.py --model_type gpt2 --tokenizer_name tokenizer"
-            " --train_file data/train.txt --validation_file data/valid.txt --do_train --do_eval"
+            " --train_file data/train.json --validation_file data/valid.json --do_train --do_eval"
         ),
         data="data",
         output="--output_dir",
