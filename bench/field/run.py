@@ -538,8 +538,10 @@ def main(argv: list[str]) -> int:
     latest.symlink_to(tag)
     # a private daemon (socket, HOME, provider settings) so nothing else is touched
     env = {k: v for k, v in os.environ.items() if not k.startswith(DROPPED_ENV)}
+    # HOME is per run too: a daemon resumes the running sessions of every project in
+    # ~/.trainee/runtime/projects.json, also those another daemon is running
     env.update(
-        HOME=str(args.cache / "home"),
+        HOME=str(run_root / "home"),
         TRAINEE_SOCKET=str(run_root / "daemon" / "trainee.sock"),
         TRAINEE_HTTP_PORT="18765",
         TRAINEE_LLM_PROVIDER="none",
