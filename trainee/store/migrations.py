@@ -146,6 +146,16 @@ ALTER TABLE rounds ADD COLUMN batch INTEGER NOT NULL DEFAULT 0;
 the step of parallel candidates each round belongs to."""
 
 _V3 = """
+ALTER TABLE decisions ADD COLUMN attempts TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE decisions ADD COLUMN response_format TEXT;
+ALTER TABLE decisions ADD COLUMN source TEXT NOT NULL DEFAULT '';
+ALTER TABLE sessions ADD COLUMN stop_detail TEXT;
+"""
+"""Every request of a decision (negotiation steps, failover, the repair) with the format
+that answered and whose point it was (the hybrid's S1..Sk, own, or the optimizer fallback);
+the text a policy gave with its stop (a stop is not an error)."""
+
+_V4 = """
 ALTER TABLE rounds ADD COLUMN launch_token TEXT;
 ALTER TABLE rounds ADD COLUMN control_layout INTEGER NOT NULL DEFAULT 1;
 """
@@ -153,7 +163,7 @@ ALTER TABLE rounds ADD COLUMN control_layout INTEGER NOT NULL DEFAULT 1;
 cluster job) starts; and where the round's control files are (1: in its workspace, as
 rounds launched before this version kept them; 2: in ``<data_dir>/control/``)."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
