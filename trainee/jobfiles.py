@@ -1,22 +1,24 @@
-"""Opening a file the training job could have written, without trusting it. Stdlib only.
+"""Reading files a job can write, safely. Stdlib only.
 
-A job can put anything where the daemon reads its metrics, logs and heartbeats: a
-FIFO (a plain ``open`` blocks until someone writes to it), a device, a gigabyte of
-JSON, or a symlink to a file it cannot see itself (``~/.trainee/config.json``), hoping
-the daemon copies its content somewhere the job can read. So every such file is
-opened here:
+A training job controls what lies at the paths the daemon reads its output from
+(logs, metric files, heartbeats, W&B summaries; in unsafe mode even the control
+files): it can put a FIFO there (a plain ``open`` would block forever), a device, a
+symlink to a file it cannot see itself (``~/.trainee/config.json``, hoping the daemon
+copies a string of it where the job can read it), or one line of a gigabyte. So every
+such file is opened with :func:`open_job_file`:
 
-- without following a symlink the daemon did not check: the path is walked one
-  component at a time (``O_NOFOLLOW`` on each, relative to the folder opened before);
-  a symlink on the way is followed only when where it leads stays inside one of the
-  ``within`` folders and is none of trainee's private files (:func:`private_roots`,
-  any store);
-- with ``O_NONBLOCK``, so a FIFO or a device never blocks the open;
-- and only when ``fstat`` says it is a regular file;
-- read with a size bound (:func:`read_bounded`).
+- without following a symlink at the last component (``O_NOFOLLOW``) and without
+  blocking (``O_NONBLOCK``), and only when ``fstat`` says it is a regular file;
+- and then judged by where the open file really is (``/proc/self/fd``, so nothing can
+  be swapped between a check and the read): never one of trainee's private files
+  (:func:`private_roots`, any store), and inside the ``within`` folders when the
+  caller names them, so a folder on the way that is a link to elsewhere leads nowhere.
 
-Every refusal is an :class:`UnsafeFile` (an ``OSError`` whose ``strerror`` says why),
-so callers that already turn ``OSError`` into a warning name the file and the reason.
+It is read with a bound: :func:`read_bounded` for a whole small file,
+:func:`bounded_lines` for a line file whose over-long lines are skipped without ever
+being held. Every refusal is a :class:`NotRegularFile` (an ``OSError`` whose
+``strerror`` says why), so callers that turn ``OSError`` into a warning name the file
+and the reason.
 """
 
 from __future__ import annotations
@@ -24,43 +26,36 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 from trainee import paths
 
 __all__ = [
-    "DEFAULT_LIMIT",
-    "MAX_LINKS",
-    "UnsafeFile",
-    "open_job_fd",
+    "STORE_NAME",
+    "NotRegularFile",
+    "bounded_lines",
     "open_job_file",
     "private_roots",
     "read_bounded",
-    "read_job_file",
 ]
 
-DEFAULT_LIMIT = 16 << 20
-"""Bytes read at most from a whole-file source (a JSON summary, a heartbeat)."""
-MAX_LINKS = 40
-"""Symlinks followed at most while resolving one path (the kernel's own limit)."""
+_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_NOFOLLOW", 0)
+CHUNK = 1 << 20
+STORE_NAME = "runtime.sqlite3"
+"""A store (and its -wal, -shm, -journal) is never read as a job's file, wherever it is."""
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+Folders = Sequence[str | os.PathLike[str]]
 
 
-class UnsafeFile(OSError):
-    """A job-reachable file the daemon refuses to read; ``strerror`` says why."""
-
-    def __init__(self, path: str | os.PathLike[str], reason: str, code: int = errno.EPERM) -> None:
-        super().__init__(code, reason, os.fspath(path))
+class NotRegularFile(OSError):
+    """Not read: a symlink, a FIFO, a device, a socket, a folder, or a file that is
+    not where the job's files may be (``strerror`` says which)."""
 
 
 def private_roots(env: Mapping[str, str] | None = None) -> list[Path]:
-    """trainee's own files a job-written link must never lead to, resolved: config.json
-    (the provider keys), the daemon's socket and its HTTP token. (Any store,
-    ``runtime.sqlite3*``, is refused by its name wherever it is.)"""
+    """trainee's own files a job's file must never turn out to be, resolved: config.json
+    (the provider keys), the daemon's socket and its HTTP token."""
     sock = paths.socket_path(env)
     found: list[Path] = []
     for path in (paths.config_path(env), sock, sock.with_name("token")):
@@ -68,9 +63,6 @@ def private_roots(env: Mapping[str, str] | None = None) -> list[Path]:
         if real not in found:
             found.append(real)
     return found
-
-
-STORE_NAME = "runtime.sqlite3"
 
 
 def _kind(mode: int) -> str:
@@ -82,162 +74,130 @@ def _kind(mode: int) -> str:
         return "a device"
     if stat.S_ISDIR(mode):
         return "a folder"
-    if stat.S_ISLNK(mode):
-        return "a symlink"
     return "not a regular file"
 
 
-def _inside(path: str, roots: Iterable[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _root_of(path: str, roots: Sequence[str]) -> str | None:
-    """The deepest of ``roots`` holding ``path``."""
-    found = [r for r in roots if _inside(path, [r])]
-    return max(found, key=len) if found else None
-
-
-def _split(path: str) -> list[str]:
-    return [p for p in path.split("/") if p and p != "."]
-
-
-def _lstat(name: str, dir_fd: int, shown: str) -> os.stat_result:
+def _where(fd: int) -> str | None:
+    """The real path of the open file ``fd`` (None where /proc cannot tell)."""
     try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError as exc:
-        raise type(exc)(exc.errno, exc.strerror, shown) from None
-
-
-def open_job_fd(
-    path: str | os.PathLike[str],
-    *,
-    within: Sequence[str | os.PathLike[str]] | None = None,
-    deny: Sequence[str | os.PathLike[str]] | None = None,
-) -> int:
-    """A read-only, non-blocking fd on the regular file ``path`` (absolute).
-
-    ``within``: the folders the file may be in (None: anywhere). They are trusted (the
-    daemon's own paths, resolved normally); what lies below them is the job's and is
-    walked without following symlinks, except a symlink that leads inside ``within``
-    again, and never into ``deny`` (default: :func:`private_roots`); at most
-    :data:`MAX_LINKS` of them. :class:`UnsafeFile` otherwise; ``FileNotFoundError`` and
-    the like pass through unchanged.
-    """
-    text = os.fspath(path)
-    if not os.path.isabs(text):
-        raise UnsafeFile(text, "not an absolute path")
-    lexical = os.path.normpath(text)
-    denied = [os.path.realpath(d) for d in (private_roots() if deny is None else deny)]
-    if within is None:
-        roots = ["/"]
-        start, rest = "/", lexical
-    else:
-        pairs = [(os.path.normpath(os.fspath(w)), os.path.realpath(w)) for w in within]
-        roots = [real for _, real in pairs]
-        anchor = max(
-            (pair for pair in pairs if _inside(lexical, [pair[0]]) or _inside(lexical, [pair[1]])),
-            key=lambda pair: len(pair[0]),
-            default=None,
-        )
-        if anchor is None:
-            raise UnsafeFile(text, "is outside " + ", ".join(roots))
-        given, start = anchor
-        base = given if _inside(lexical, [given]) else start
-        rest = lexical[len(base) :]
-    shown = ", ".join(roots)
-    real = _split(start)
-    floor = len(real)
-    todo = _split(rest)
-    fd = os.open(start, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # trusted: may follow
-    links = 0
-    try:
-        while todo:
-            part = todo.pop(0)
-            if part == "..":
-                if len(real) <= floor:
-                    if floor:
-                        raise UnsafeFile(text, f"'..' leads outside {shown}")
-                    continue
-                real.pop()
-                parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = parent
-                continue
-            st = _lstat(part, fd, text)
-            if stat.S_ISLNK(st.st_mode):
-                links += 1
-                if links > MAX_LINKS:
-                    raise UnsafeFile(text, "too many levels of symbolic links", errno.ELOOP)
-                target = os.readlink(part, dir_fd=fd)
-                here = "/" + "/".join(real)
-                where = os.path.normpath(os.path.join(here, target))
-                if _inside(where, denied) or os.path.basename(where).startswith(STORE_NAME):
-                    raise UnsafeFile(
-                        text, f"a symlink on the way leads to trainee's private {where}"
-                    )
-                root = _root_of(where, roots)
-                if root is None:
-                    raise UnsafeFile(text, f"a symlink on the way leads outside {shown} to {where}")
-                # walk where it leads from that root, checking each component again
-                os.close(fd)
-                fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                real = _split(root)
-                floor = len(real)
-                todo = _split(where[len(root) :]) + todo
-                continue
-            if not todo:
-                if not stat.S_ISREG(st.st_mode):
-                    raise UnsafeFile(text, f"is {_kind(st.st_mode)}, not a regular file")
-                out = os.open(part, _FILE_FLAGS, dir_fd=fd)
-                mode = os.fstat(out).st_mode
-                full = "/" + "/".join([*real, part])
-                reason = None
-                if not stat.S_ISREG(mode):  # swapped between the stat and the open
-                    reason = f"is {_kind(mode)}, not a regular file"
-                elif _inside(full, denied) or part.startswith(STORE_NAME):
-                    reason = f"is trainee's private {full}"
-                if reason is not None:
-                    os.close(out)
-                    raise UnsafeFile(text, reason)
-                return out
-            if not stat.S_ISDIR(st.st_mode):
-                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", text)
-            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-            real.append(part)
-        raise IsADirectoryError(errno.EISDIR, "Is a directory", text)
-    finally:
-        os.close(fd)
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    return real.removesuffix(" (deleted)")
 
 
 def open_job_file(
     path: str | os.PathLike[str],
     *,
-    within: Sequence[str | os.PathLike[str]] | None = None,
-    deny: Sequence[str | os.PathLike[str]] | None = None,
-) -> BinaryIO:
-    """:func:`open_job_fd` as a binary file object (blocking reads: it is a regular file)."""
-    fd = open_job_fd(path, within=within, deny=deny)
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    within: Folders | None = None,
+    deny: Folders | None = None,
+) -> int:
+    """A read-only descriptor of the regular file at ``path`` (the caller closes it).
+
+    Raises FileNotFoundError when nothing is there, :class:`NotRegularFile` for a
+    symlink at ``path`` (``ELOOP`` from ``O_NOFOLLOW``), anything but a regular file,
+    a file that really is one of ``deny`` (default: :func:`private_roots`) or a store,
+    or one outside the folders ``within`` (when given: where the job's files may be,
+    wherever a link on the way led), and the other ``OSError`` of ``open``. Never
+    blocks, whatever is at the path.
+    """
+    shown = os.fspath(path)
+    try:
+        fd = os.open(path, _FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the last component is a symlink
+            raise NotRegularFile(exc.errno, "a symlink: not followed", shown) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(0, f"{_kind(st.st_mode)}, not a regular file: not read", shown)
+        real = _where(fd)
+        if real is not None:
+            denied = private_roots() if deny is None else deny
+            if os.path.basename(real).startswith(STORE_NAME) or any(
+                _inside(real, os.path.realpath(d)) for d in denied
+            ):
+                raise NotRegularFile(errno.EPERM, f"leads to trainee's private {real}", shown)
+            if within is not None and not any(_inside(real, os.path.realpath(w)) for w in within):
+                allowed = ", ".join(os.path.realpath(w) for w in within)
+                raise NotRegularFile(
+                    errno.EPERM, f"leads outside {allowed} (to {real}): not read", shown
+                )
+        os.set_blocking(fd, True)  # a regular file: reads never wait on a writer
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
-def read_bounded(f: BinaryIO, limit: int, path: str | os.PathLike[str]) -> bytes:
-    """All of ``f`` if it holds at most ``limit`` bytes, else :class:`UnsafeFile`."""
-    data = f.read(limit + 1)
-    if len(data) > limit:
-        raise UnsafeFile(path, f"is larger than {limit} bytes (not read)", errno.EFBIG)
-    return data
-
-
-def read_job_file(
+def read_bounded(
     path: str | os.PathLike[str],
-    limit: int = DEFAULT_LIMIT,
+    limit: int,
     *,
-    within: Sequence[str | os.PathLike[str]] | None = None,
-    deny: Sequence[str | os.PathLike[str]] | None = None,
-) -> bytes:
-    """The whole regular file ``path`` (at most ``limit`` bytes), opened safely."""
-    with open_job_file(path, within=within, deny=deny) as f:
-        return read_bounded(f, limit, path)
+    within: Folders | None = None,
+    deny: Folders | None = None,
+) -> tuple[bytes, bool]:
+    """The first ``limit`` bytes of the regular file at ``path`` and whether it holds more
+    (opened by :func:`open_job_file` with ``within`` and ``deny``)."""
+    fd = open_job_file(path, within=within, deny=deny)
+    try:
+        data = b""
+        while len(data) <= limit:
+            chunk = os.read(fd, min(CHUNK, limit + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    return data[:limit], len(data) > limit
+
+
+def bounded_lines(fd: int, max_line: int, max_total: int | None = None) -> Iterator[bytes | int]:
+    """The lines of an open file (without their ``\\n``), read in chunks.
+
+    A line longer than ``max_line`` bytes is never held: in its place comes its
+    length (an ``int``), so the caller can report it. Reading stops after
+    ``max_total`` bytes (the rest of the file is not read; the last, cut line is
+    dropped).
+    """
+    held = bytearray()
+    skipping = 0
+    total = 0
+    while max_total is None or total < max_total:
+        size = CHUNK if max_total is None else min(CHUNK, max_total - total)
+        chunk = os.read(fd, size)
+        if not chunk:
+            break
+        total += len(chunk)
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if skipping:
+                yield skipping + end - start
+                skipping = 0
+            elif len(held) + end - start > max_line:
+                yield len(held) + end - start
+                held.clear()
+            else:
+                held += chunk[start:end]
+                yield bytes(held)
+                held.clear()
+            start = end + 1
+        rest = len(chunk) - start
+        if skipping:
+            skipping += rest
+        elif len(held) + rest > max_line:
+            skipping = len(held) + rest
+            held.clear()
+        else:
+            held += chunk[start:]
+    if max_total is not None and total >= max_total:
+        return  # cut: the last line may be partial
+    if skipping:
+        yield skipping
+    elif held:
+        yield bytes(held)

@@ -668,3 +668,28 @@ def test_secret_names_are_words_not_substrings(name: str, secret: bool) -> None:
     from trainee.launch.render import is_secret_name
 
     assert is_secret_name(name) is secret
+
+
+def test_a_job_script_with_a_token_claims_its_launch_once(rnd: RoundLayout, tmp_path: Path) -> None:
+    """The script claims the launch before the command runs: a second run of the same
+    script (the engine requeued it, or a late copy started) runs nothing, and neither
+    does a script whose launch a restarted daemon revoked first."""
+    from trainee.monitor.process import read_claim, revoke_launch
+
+    marker = tmp_path / "ran"
+    job = msgspec.structs.replace(
+        make_job(rnd, ["/bin/sh", "-c", f"echo x >> {shlex.quote(str(marker))}"]),
+        token="00112233aabbccdd",
+    )
+    assert run_script(job).returncode == 0
+    assert run_script(job).returncode == 0
+    assert marker.read_text() == "x\n"  # once
+    claim = read_claim(rnd, "00112233aabbccdd")
+    assert claim is not None and claim.by == "job"
+    assert revoke_launch(rnd, "00112233aabbccdd") == claim  # claimed: not revocable
+
+    revoked = msgspec.structs.replace(job, token="99887766ffeeddcc")
+    assert revoke_launch(rnd, "99887766ffeeddcc") is None
+    assert run_script(revoked).returncode == 0
+    assert marker.read_text() == "x\n"  # the revoked launch ran nothing
+    assert not list(rnd.control.glob(".claim-*.tmp"))

@@ -72,7 +72,7 @@ class CsvReader:
             self._reset(path)
         out: list[Record] = []
         try:
-            with jobfiles.open_job_file(os.path.abspath(path), within=self.within) as f:
+            with os.fdopen(jobfiles.open_job_file(path, within=self.within), "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size < self._offset:
                     self._once(warnings, f"{path} was rewritten; it is read again from its start")

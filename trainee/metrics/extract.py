@@ -80,6 +80,8 @@ __all__ = [
 
 BUILTIN_METRICS: tuple[str, str] = ("loss", "total_loss")
 DEFAULT_MAX_POINTS = 100_000
+WANDB_SUMMARY_LIMIT = 16 << 20
+"""Bytes read at most from a W&B summary (a larger one is refused with a warning)."""
 DEFAULT_WANDB_SUMMARY_PATH = "{round_dir}/**/wandb-summary.json"
 """Used by a ``wandb_summary`` spec without ``path`` when the extractor is given no
 ``wandb_dirs`` to search (the runner gives the round's WANDB_DIR and working folder:
@@ -713,7 +715,7 @@ def _read_jsonl(
     source = str(MetricSource.JSONL)
     malformed = first_malformed = lines = hits = 0
     try:
-        with jobfiles.open_job_file(os.path.abspath(path), within=within) as f:
+        with os.fdopen(jobfiles.open_job_file(path, within=within), "rb") as f:
             for lineno, raw in enumerate(f, 1):
                 line = raw.strip()
                 if not line:
@@ -751,8 +753,9 @@ def _read_wandb(
     series: _Series, path: str, key: str, within: Sequence[str] | None = None
 ) -> MetricPoint | None:
     try:
-        with jobfiles.open_job_file(os.path.abspath(path), within=within) as f:
-            data = jobfiles.read_bounded(f, jobfiles.DEFAULT_LIMIT, path)
+        data, more = jobfiles.read_bounded(path, WANDB_SUMMARY_LIMIT, within=within)
+        if more:
+            raise jobfiles.NotRegularFile(0, f"larger than {WANDB_SUMMARY_LIMIT} bytes", path)
     except OSError as exc:
         series.file_warnings.append(f"cannot read {path}: {exc.strerror or exc}")
         return None

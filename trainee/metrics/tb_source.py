@@ -96,7 +96,7 @@ class TensorBoardReader:
             try:
                 # the loader opens a path itself: give it the file opened safely here (a
                 # regular file, no link leading elsewhere), which nothing can swap
-                fd = jobfiles.open_job_fd(os.path.abspath(path), within=self.within)
+                fd = jobfiles.open_job_file(path, within=self.within)
             except OSError as exc:
                 self._once(warnings, f"cannot read {path}: {exc.strerror or exc}")
                 continue

@@ -28,7 +28,7 @@ def file_mtime(path: str | os.PathLike[str], within: Roots = None) -> float | No
     """The mtime of the regular file ``path`` (opened as :mod:`trainee.jobfiles` does: a
     FIFO, a device or a link out of ``within`` gives None), None if absent."""
     try:
-        fd = jobfiles.open_job_fd(os.path.abspath(path), within=within)
+        fd = jobfiles.open_job_file(path, within=within)
     except OSError:
         return None
     try:
@@ -41,7 +41,7 @@ def read_heartbeat(path: str | os.PathLike[str], within: Roots = None) -> float 
     """The time a heartbeat file reports: its ``ts`` field, else its mtime; None if absent
     (or not a regular file inside ``within``: the job writes it)."""
     try:
-        with jobfiles.open_job_file(os.path.abspath(path), within=within) as f:
+        with os.fdopen(jobfiles.open_job_file(path, within=within), "rb") as f:
             mtime = os.fstat(f.fileno()).st_mtime
             data = f.read(HEARTBEAT_LIMIT)
     except OSError:

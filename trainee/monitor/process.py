@@ -16,8 +16,8 @@ that same file first (:func:`revoke_launch`): whoever creates it decides, so the
 round's command runs once whatever instant the daemon died at. An exit or state file
 with another token (an earlier attempt's) is never taken for this launch's.
 
-The control files are read with :mod:`trainee.jobfiles` (no symlink followed out of
-the folder, never blocking on a FIFO, bounded): in unsafe mode the job could reach
+The control files are read with :mod:`trainee.jobfiles` (no symlink followed, never
+blocking on a FIFO, bounded): in unsafe mode the job could reach
 them, and a bad one is a warning, never a hang.
 
 Reaping: when this process started the monitor, the ``Popen`` object is kept
@@ -160,10 +160,10 @@ _children: dict[int, subprocess.Popen[bytes]] = {}
 def _read_json(path: str | Path, decoder: msgspec.json.Decoder[msgspec.Struct]) -> object:
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        # a symlink in the control folder is followed only to a file in that folder
-        data = jobfiles.read_job_file(
-            os.path.abspath(path), CONTROL_LIMIT, within=[folder], deny=()
-        )
+        # never a symlink, a FIFO or a file elsewhere (unsafe jobs can reach this folder)
+        data, more = jobfiles.read_bounded(path, CONTROL_LIMIT, within=[folder], deny=())
+        if more:
+            raise jobfiles.NotRegularFile(0, f"larger than {CONTROL_LIMIT} bytes", str(path))
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -429,9 +429,13 @@ async def spawn_round(
     if state is not None and state.token != token:
         state = None
     if state is None:
+        # no READY: the monitor is ending (or stuck); a revoked launch says so by its status
+        with anyio.move_on_after(2):
+            while proc.poll() is None:
+                await anyio.sleep(0.01)
+        code = proc.poll()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        code = proc.poll()
         if code == shim.REVOKED:
             raise LaunchError(f"launch {token} of {rnd.dir} was revoked before it started")
         raise LaunchError(

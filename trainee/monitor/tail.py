@@ -331,8 +331,8 @@ class FileTail:
 
     def _open(self) -> bool:
         try:
-            fd = jobfiles.open_job_fd(os.path.abspath(self.path), within=self.within)
-        except jobfiles.UnsafeFile as exc:
+            fd = jobfiles.open_job_file(self.path, within=self.within)
+        except jobfiles.NotRegularFile as exc:
             if self._refused != exc.strerror:
                 self._refused = exc.strerror
                 log.warning("not reading %s: %s", self.path, exc.strerror)
@@ -366,7 +366,7 @@ class FileTail:
             return os.fstat(self._fd).st_size
         if self._idx_fd is None:
             try:
-                self._idx_fd = jobfiles.open_job_fd(os.path.abspath(self.index), within=self.within)
+                self._idx_fd = jobfiles.open_job_file(self.index, within=self.within)
             except OSError:
                 return os.fstat(self._fd).st_size
         fcntl.flock(self._idx_fd, fcntl.LOCK_SH)
@@ -551,7 +551,7 @@ async def tail_files(
 ) -> None:
     """Follow every file matching ``patterns`` (absolute paths or globs) until ``stop``.
 
-    ``within``: the folders the files may be in (:func:`trainee.jobfiles.open_job_fd`):
+    ``within``: the folders the files may be in (:func:`trainee.jobfiles.open_job_file`):
     a file that is not a regular file there (a FIFO, a link to elsewhere) is skipped
     with a warning, never read.
 

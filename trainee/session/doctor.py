@@ -16,7 +16,7 @@ from trainee.discovery import runplan
 from trainee.discovery.metrics import training_metric_advice
 from trainee.errors import ConfigError, InvalidParams, ProviderError, SandboxError, TraineeError
 from trainee.ids import parse_session
-from trainee.jobfiles import read_job_file
+from trainee.jobfiles import read_bounded
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import command_prefix
@@ -226,7 +226,8 @@ def _finished_ok(layout: ProjectLayout, log: Path) -> bool:
         layout.runs / log.parent.name / log.stem / "exit.json",
     ):
         try:
-            info = json.loads(read_job_file(exit_file, 1 << 20, within=[exit_file.parent]))
+            data, _ = read_bounded(exit_file, 1 << 20, within=[exit_file.parent], deny=())
+            info = json.loads(data)
         except (OSError, ValueError):
             continue
         return isinstance(info, dict) and info.get("returncode") == 0 and not info.get("stopped")

@@ -147,7 +147,10 @@ def _job_file(rnd: RoundLayout) -> Path:
 
 def _read_control(path: Path) -> bytes:
     """A control file, read without following a link out of its folder or blocking."""
-    return jobfiles.read_job_file(path, 1 << 20, within=[path.parent], deny=())
+    data, more = jobfiles.read_bounded(path, 1 << 20, within=[path.parent], deny=())
+    if more:
+        raise jobfiles.NotRegularFile(0, "larger than 1 MiB", str(path))
+    return data
 
 
 def remember_job(rnd: RoundLayout, ref: JobRef) -> None:

@@ -1,0 +1,98 @@
+"""Exactly-once launches: a daemon SIGKILLed at any instant of a launch either re-adopts
+what it started or knows it never started; no round's command ever runs twice.
+
+The daemon kills itself deterministically at a named instant of round 2's launch
+(``TRAINEE_TEST_CRASH_AT=<point>:2``, see trainee.testhooks): before the intent is
+stored, after it, right after the monitor process started (before it is ready, so the
+monitor races the next daemon for the launch), after the job started but before the
+store knew, and after the store knew. A new daemon (without the hook) carries the
+session to its end. Every round's command must have started exactly once.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import _kill_leftover_daemons, base_env
+from tests.faults.helpers import Node, assert_no_orphans, job_env
+from tests.security.sandbox_helpers import make_probe_project, starts
+from trainee.testhooks import CRASH_ENV, POINTS
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed"),
+]
+
+ROUNDS = 2
+
+
+@pytest.mark.parametrize(
+    ("point", "mode"), [*((p, "unsafe") for p in POINTS), ("monitor.spawned", "guarded")]
+)
+def test_a_daemon_killed_at_any_instant_of_a_launch_runs_each_round_once(
+    point: str, mode: str, tmp_path: Path
+) -> None:
+    project = make_probe_project(
+        tmp_path / "proj", {"*": {"hold_sec": 0.3}}, mode=mode, max_rounds=ROUNDS
+    )
+    runtime = Path(tempfile.mkdtemp(prefix="tr-x-", dir="/tmp"))
+    env = base_env(runtime)
+    env[CRASH_ENV] = f"{point}:2"  # the second launch: round 2's
+    n = Node(runtime, env)
+    try:
+        n.start()
+        n.start_session(project, mode=mode, env=job_env(base_env(runtime)))
+        proc = n.daemon.proc
+        assert proc is not None
+        assert proc.wait(timeout=60) == -signal.SIGKILL, n.log[-2000:]
+        del env[CRASH_ENV]
+        n.start()
+        state = n.wait_finished(project, timeout=90)
+    finally:
+        n.kill(signal.SIGTERM)
+        _kill_leftover_daemons(n.daemon)
+        shutil.rmtree(runtime, ignore_errors=True)
+    rounds = state["rounds"]
+    assert state["session"]["stop_reason"] == "max_rounds", state["session"]
+    assert [r["status"] for r in rounds] == ["completed"] * ROUNDS, rounds
+    assert [starts(project, r["index"]) for r in rounds] == [1] * ROUNDS, (point, rounds)
+    assert all(r["attempt"] == 0 for r in rounds), rounds
+    assert_no_orphans(project)
+
+
+def test_a_monitor_that_starts_after_its_launch_was_revoked_runs_nothing(tmp_path: Path) -> None:
+    """The race itself: the restarted daemon revokes a launch whose monitor had not yet
+    claimed it; when that monitor does start, it finds the claim taken and starts
+    nothing (exit status 3), so only the daemon's new launch runs the command."""
+    import anyio
+
+    from trainee.errors import LaunchError
+    from trainee.launch.layout import ProjectLayout
+    from trainee.monitor.process import revoke_launch, spawn_round
+
+    rnd = ProjectLayout.for_root(tmp_path / "proj", env={}).session(1).round(1)
+    marker = tmp_path / "ran"
+    assert revoke_launch(rnd, "feedfacecafebeef") is None  # nobody had claimed it
+
+    async def late_monitor() -> None:
+        await spawn_round(
+            ["/bin/sh", "-c", f"echo ran >> {marker}"],
+            env={"PATH": "/usr/bin:/bin"},
+            cwd=str(tmp_path),
+            rnd=rnd,
+            timeout_sec=None,
+            grace_sec=1,
+            token="feedfacecafebeef",
+        )
+
+    with pytest.raises(LaunchError, match="revoked before it started"):
+        anyio.run(late_monitor)
+    assert not marker.exists()
+    # and a launch its monitor claimed first cannot be revoked: the claim names it
+    claimed = revoke_launch(rnd, "feedfacecafebeef")
+    assert claimed is not None and claimed.by == "daemon"
