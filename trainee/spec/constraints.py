@@ -121,11 +121,14 @@ def parse_constraint(text: str) -> Constraint:
 
 
 def unknown_name_reason(name: str, known: Collection[str]) -> str:
-    """The reason for a name that is neither a tunable nor a fixed value."""
+    """The reason for a name that is neither a tunable (``known``) nor a fixed value."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     hint = f"; did you mean '{close[0]}'?" if close else ""
     listed = ", ".join(sorted(known)) or "none"
-    return f"unknown name '{name}'{hint} (names: the tunables, or fixed values: {listed})"
+    return (
+        f"unknown name '{name}'{hint} (a name is a param of tuning.yaml: {listed}; or a "
+        "fixed value: the flag of a constant argument, a top-level key of the baseline config)"
+    )
 
 
 # -- parsing ---------------------------------------------------------------------------
