@@ -21,7 +21,13 @@ from typing import Any
 import msgspec
 
 from trainee.research.decision import format_value
-from trainee.research.state import ResearchState, RoundSummary, failure_kind, format_metric
+from trainee.research.state import (
+    RECENT_ROUNDS,
+    ResearchState,
+    RoundSummary,
+    failure_kind,
+    format_metric,
+)
 from trainee.spec import ParamType, TunableSpec
 from trainee.spec.constraints import Constraint
 
@@ -71,7 +77,7 @@ class PromptLimits(msgspec.Struct, kw_only=True):
     """Size limits: per section, rounds in the history table, failure log lines, total."""
 
     section_chars: int = 8000
-    history_rounds: int = 30
+    history_rounds: int = RECENT_ROUNDS
     failure_tail_lines: int = 50
     total_chars: int = 60000
 

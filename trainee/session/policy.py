@@ -22,8 +22,6 @@ from trainee.research.state import ResearchState, RoundSummary
 from trainee.spec import ParamType, TunableSpec
 from trainee.spec.constraints import Constraint
 
-POLICIES = ("llm", "random", "tpe", "hybrid", "external")
-
 MAX_DRAWS = 200
 """Random draws per decision before the space counts as exhausted (untried points that
 keep the constraints)."""

@@ -51,6 +51,7 @@ from trainee.research.state import (
     state_to_json,
 )
 from trainee.session.bus import EventBus
+from trainee.session.hints import failure_hint
 from trainee.session.policy import Policy, Proposal, full_params, propose_batch
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec.wire import Event
@@ -66,6 +67,8 @@ FAILURE_TAIL_LINES = 50
 OFFSET_SAVE_INTERVAL = 1.0
 EVENT_FLUSH_INTERVAL = 0.25
 MAX_ATTEMPTS = 3
+BASELINE_TAIL_LINES = 20
+"""Lines of a failed baseline's log shown when the session ends because of it."""
 """A round whose monitor keeps dying is run at most this many times, then marked failed."""
 
 
@@ -123,6 +126,9 @@ class SessionRunner:
         self.policy: Policy | None = None
         self.backend: Backend | None = None
         self._outputs_lock = anyio.Lock()
+        self._failure_tail: list[str] = []
+        self.monitors: dict[int, int] = {}
+        """Round index -> pid of its monitor, for the rounds being launched or watched."""
 
     # -- events ----------------------------------------------------------------
 
@@ -216,6 +222,12 @@ class SessionRunner:
                 return self.control.stop_reason, None
             if any(s.status == "completed_without_metrics" for s in summaries):
                 return "required_metric_missing", None
+            baselines = {r.index for r in unfinished if r.batch == 0 and not r.diff}
+            failed = await self._failed_baseline(
+                spec, [s for s in summaries if s.index in baselines]
+            )
+            if failed is not None:
+                return "baseline_failed", failed
 
         while True:
             done = await self.store.list_rounds(self.record.index)
@@ -266,6 +278,35 @@ class SessionRunner:
                 )
             if any(s.status == "completed_without_metrics" for s in summaries):
                 return "required_metric_missing", None
+            if step == 0:
+                # nothing to improve on: stop now, with what went wrong and the likely fix
+                failed = await self._failed_baseline(spec, summaries)
+                if failed is not None:
+                    return "baseline_failed", failed
+
+    async def _failed_baseline(
+        self, spec: ProjectSpec, summaries: list[RoundSummary]
+    ) -> str | None:
+        """The session's error when the baseline among ``summaries`` failed or timed out
+        (its status, the likely fix); None when it did not."""
+        s = next((s for s in summaries if s.status in ("failed", "timed_out")), None)
+        if s is None:
+            return None
+        rec = await self.store.get_round(self.record.index, s.index)
+        how = "timed out" if s.status == "timed_out" else "failed"
+        if rec.signal:
+            how += f" ({rec.signal})"
+        elif rec.returncode is not None and s.status == "failed":
+            how += f" (exit code {rec.returncode})"
+        hint = failure_hint(
+            spec,
+            [*rec.warnings, *rec.failure_tail],
+            status=s.status,
+            returncode=rec.returncode,
+            signal=rec.signal,
+        )
+        self._failure_tail = rec.failure_tail[-BASELINE_TAIL_LINES:]
+        return f"the baseline (round {s.index}) {how}, so there is nothing to tune; {hint}"
 
     def _slots(self, spec: ProjectSpec, done: list[RoundRecord]) -> int:
         """How many candidates the next step runs: ``run.parallel``, never past max_rounds
@@ -545,6 +586,8 @@ class SessionRunner:
         rnd.session.artifacts.mkdir(parents=True, exist_ok=True)
         job = self._job(spec, rec, rnd, rendered.argv, rendered.env, rendered.cwd)
         ref = await self.backend.submit(job)
+        if ref.pid is not None:
+            self.monitors[rec.index] = ref.pid
         now = time.time()
         await self.store.update_round(
             self.record.index,
@@ -659,6 +702,25 @@ class SessionRunner:
         )
 
     async def _watch_round(
+        self,
+        spec: ProjectSpec,
+        rec: RoundRecord,
+        rnd: RoundLayout,
+        ref: JobRef,
+        job: RoundJob,
+        *,
+        readopted: bool,
+    ) -> RoundSummary | None:
+        """Watch the round to its end; its monitor's pid is in ``monitors`` meanwhile
+        (the daemon refuses socket peers that descend from it)."""
+        if ref.pid is not None:
+            self.monitors[rec.index] = ref.pid
+        try:
+            return await self._watch_round_now(spec, rec, rnd, ref, job, readopted=readopted)
+        finally:
+            self.monitors.pop(rec.index, None)
+
+    async def _watch_round_now(
         self,
         spec: ProjectSpec,
         rec: RoundRecord,
@@ -938,7 +1000,12 @@ class SessionRunner:
             "provider_failed": "failed",
             "invalid_decision": "failed",
             "required_metric_missing": "failed",
+            "baseline_failed": "failed",
         }.get(stop_reason, "finished")
+        if status == "finished" and not await self._any_completed():
+            # every round failed (the baseline included): nothing was measured
+            status = "failed"
+            error = error or "no round completed (the baseline included); see the rounds' logs"
         final = {
             "status": status,
             "stop_reason": stop_reason,
@@ -967,9 +1034,17 @@ class SessionRunner:
                     "baseline_metric": state.baseline.metric if state and state.baseline else None,
                     "metric_name": state.primary_metric if state else None,
                     "report": str(self.session_layout.report),
+                    "log_tail": self._failure_tail,
                 },
             )
         return self.record
+
+    async def _any_completed(self) -> bool:
+        try:
+            rounds = await self.store.list_rounds(self.record.index)
+        except TraineeError:
+            return True  # cannot tell: keep the stop reason's own status
+        return any(r.status == "completed" for r in rounds)
 
 
 def _signal_globs(

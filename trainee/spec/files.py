@@ -23,6 +23,7 @@ __all__ = [
     "ArgSpec",
     "ArgStyle",
     "BackendSpec",
+    "ConfigStyle",
     "DataSpec",
     "Environment",
     "FieldPath",
@@ -66,6 +67,15 @@ class ArgStyle(enum.StrEnum):
 
     SPACE = "space"
     EQUALS = "equals"
+
+
+class ConfigStyle(enum.StrEnum):
+    """How the per-round copy of ``launch.baseline_config`` reaches the command:
+    ``flag`` as ``<launch.config_flag> <path>``, ``hydra`` as ``--config-path DIR
+    --config-name NAME`` (a ``@hydra.main`` app), with Hydra's output folder set too."""
+
+    FLAG = "flag"
+    HYDRA = "hydra"
 
 
 class SecurityMode(enum.StrEnum):
@@ -137,12 +147,19 @@ class ArgSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``command`` may be left out when ``advanced.shell_command`` replaces it.
+    ``env``: variables set for every round (values may use the ``{...}`` variables).
+    ``config_flag``: the flag passing the per-round config (``config_style: flag``)."""
+
     environment: Environment = Environment.SYSTEM
     env_name: NonEmptyStr | None = None
-    command: Annotated[tuple[NonEmptyStr, ...], Meta(min_length=1)]
+    command: Annotated[tuple[NonEmptyStr, ...], Meta(min_length=1)] | None = None
     baseline_config: NonEmptyStr | None = None
+    config_style: ConfigStyle = ConfigStyle.FLAG
+    config_flag: ArgFlag = "--config"
     args: tuple[ArgSpec, ...] = ()
     arg_style: ArgStyle = ArgStyle.SPACE
+    env: dict[str, Value] = msgspec.field(default_factory=dict)
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -178,9 +195,12 @@ class DecisionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 
 class OutputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``config_path``: the dotted key of the baseline config holding the output folder."""
+    """``config_path``: the dotted key of the baseline config holding the output folder.
+    ``flag``: a flag (``--out_dir``, ``-o``) or an override key (``hydra.run.dir``) given
+    the round's outputs folder, rendered with the fixed arguments."""
 
     config_path: ConfigPath | None = None
+    flag: ArgFlag | None = None
 
 
 class MetricSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -250,7 +270,7 @@ class ProjectFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
     version: Literal[1] = 1
     data: tuple[DataSpec, ...] = ()
-    launch: LaunchSpec
+    launch: LaunchSpec = msgspec.field(default_factory=LaunchSpec)
     run: RunSpec = msgspec.field(default_factory=RunSpec)
     output: OutputSpec = msgspec.field(default_factory=OutputSpec)
     metrics: MetricsSpec = msgspec.field(default_factory=MetricsSpec)
