@@ -158,9 +158,8 @@ def test_a_v1_database_is_migrated_and_its_rounds_read_back_as_local(db_path: Pa
 
     assert version == SCHEMA_VERSION
     assert user_version(db_path) == SCHEMA_VERSION
-    found = columns(db_path, "rounds")
-    at = found.index("backend")
-    assert found[at : at + 3] == ["backend", "job_id", "batch"]
+    rounds_columns = columns(db_path, "rounds")
+    assert rounds_columns[rounds_columns.index("backend") :][:3] == ["backend", "job_id", "batch"]
     assert [r.index for r in rounds] == [1, 2]
     for r in rounds:
         assert (r.backend, r.job_id, r.batch) == ("local", None, 0)
@@ -281,3 +280,28 @@ def test_the_migration_is_applied_once(db_path: Path) -> None:
 
     run(open_twice)
     assert columns(db_path, "rounds").count("backend") == 1
+
+
+def test_migration_3_keeps_old_decisions_and_sessions_readable(db_path: Path) -> None:
+    """Decisions stored before every request was kept read back with no requests and no
+    format; sessions with no stop detail."""
+    make_v1(db_path)
+    conn = sqlite3.connect(db_path)
+    try:
+        conn.execute(
+            "INSERT INTO decisions (session, round, provider, model, policy, created_at) "
+            "VALUES (1, 2, 'openai', 'gpt-4o-mini', 'llm', 0)"
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+    async def main() -> tuple[Any, Any]:
+        async with await Store.open(db_path) as store:
+            decisions = await store.list_decisions(1)
+            return decisions[-1], await store.get_session(1)
+
+    decision, session = run(main)
+    assert (decision.attempts, decision.response_format, decision.source) == ([], None, "")
+    assert session.stop_detail is None
+    assert {"attempts", "response_format", "source"} <= set(columns(db_path, "decisions"))
