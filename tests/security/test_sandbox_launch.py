@@ -96,3 +96,71 @@ def test_a_monitor_that_starts_after_its_launch_was_revoked_runs_nothing(tmp_pat
     # and a launch its monitor claimed first cannot be revoked: the claim names it
     claimed = revoke_launch(rnd, "feedfacecafebeef")
     assert claimed is not None and claimed.by == "daemon"
+
+
+def test_a_round_launched_with_the_old_layout_is_still_readopted(tmp_path: Path) -> None:
+    """A round an earlier trainee launched keeps its control files in its workspace
+    (store: control_layout 1, no token). A daemon of this version, started while that
+    round runs, re-adopts it from there: its command runs once and its result counts."""
+    import sqlite3
+    import sys
+    import time
+
+    import anyio
+
+    from trainee.launch.layout import ProjectLayout
+    from trainee.monitor.process import spawn_round
+
+    project = make_probe_project(tmp_path / "proj", {"*": {"hold_sec": 2}}, mode="unsafe")
+    runtime = Path(tempfile.mkdtemp(prefix="tr-x-", dir="/tmp"))
+    env = base_env(runtime)
+    env[CRASH_ENV] = "launch.before_intent:1"  # the session exists; round 1 never launched
+    n = Node(runtime, env)
+    try:
+        n.start()
+        n.start_session(project, mode="unsafe", env=job_env(base_env(runtime)))
+        proc = n.daemon.proc
+        assert proc is not None and proc.wait(timeout=60) == -signal.SIGKILL
+        # what the earlier trainee did: the monitor writes into the round's workspace
+        rnd = ProjectLayout.for_root(project, env={}).session(1).round(1, legacy=True)
+        assert rnd.exit_file == rnd.dir / "exit.json"
+        round_env = {
+            **job_env(base_env(runtime)),
+            "TRAINEE_ROUND_DIR": str(rnd.dir),
+            "TRAINEE_ROUND_INDEX": "1",
+        }
+
+        async def launch() -> tuple[int, int]:
+            handle = await spawn_round(
+                [sys.executable, str(project / "train.py")],
+                env=round_env,
+                cwd=str(project),
+                rnd=rnd,
+                timeout_sec=60,
+                grace_sec=1,
+            )
+            return handle.pid, handle.start_time
+
+        pid, start_time = anyio.run(launch)
+        db = sqlite3.connect(project / ".trainee" / "runtime.sqlite3")
+        with db:
+            db.execute(
+                "UPDATE rounds SET status = 'running', monitor_pid = ?, monitor_start_time = ?,"
+                " started_at = ?, control_layout = 1, launch_token = NULL"
+                ' WHERE session = 1 AND "index" = 1',
+                (pid, start_time, time.time()),
+            )
+        db.close()
+        del env[CRASH_ENV]
+        n.start()
+        state = n.wait_finished(project, timeout=60)
+        log = n.log
+    finally:
+        n.kill(signal.SIGTERM)
+        _kill_leftover_daemons(n.daemon)
+        shutil.rmtree(runtime, ignore_errors=True)
+    round1 = state["rounds"][0]
+    assert round1["status"] == "completed" and round1["monitor_pid"] == pid, round1
+    assert "re-adopting its monitor" in log
+    assert starts(project, 1) == 1
+    assert_no_orphans(project)
