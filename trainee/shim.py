@@ -307,7 +307,8 @@ class Monitor:
     def open_files(self) -> None:
         for path in (self.args.log, self.args.index, self.args.exit, self.args.state):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        # never through a symlink: in unsafe mode the job could plant one at the log
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
         # IDX before LOG: whoever sees the log also finds its index.
         self.idx_fd = os.open(self.args.index, flags, FILE_MODE)
         # Two opens of the log, two file offsets: after a write to ``log_fd`` its

@@ -455,11 +455,14 @@ def mount_plan(
     return ops
 
 
-def _plan_argv(ops: Sequence[Mount]) -> list[str]:
+def _plan_argv(ops: Sequence[Mount], optional: Sequence[str] = ()) -> list[str]:
+    """bwrap's arguments for ``ops``; a bind of an ``optional`` path is skipped by bwrap
+    where the source is missing (a cluster node without ``/opt``, say)."""
     argv: list[str] = []
     for op in ops:
         if op.kind == "ro":
-            argv += ["--ro-bind", op.path, op.path]
+            flag = "--ro-bind-try" if op.path in optional else "--ro-bind"
+            argv += [flag, op.path, op.path]
         elif op.kind == "rw":
             argv += ["--bind", op.path, op.path]
         elif op.kind == "tmpfs":
@@ -525,6 +528,7 @@ def bwrap_argv(
     envs = [dict(os.environ)] + ([dict(caller_env)] if caller_env is not None else [])
     job_env = os.environ if env is None else env
     head, wanted = _system(gpu_devices() if devices is None else devices)
+    system = set(wanted)
     for path in [root, *([] if trainee.is_relative_to(root) else [trainee])]:
         wanted.setdefault(str(path), "ro")
     for path in (Path(p) for p in extra_ro):
@@ -543,7 +547,9 @@ def bwrap_argv(
     for path in writable:
         wanted[str(path)] = "rw"
     argv = [exe, *head]
-    argv += _plan_argv(mount_plan(wanted, private, hidden_files=HOST_SECRETS))
+    # the system folders of this machine may be missing on a cluster node: optional there
+    plan = mount_plan(wanted, private, hidden_files=HOST_SECRETS)
+    argv += _plan_argv(plan, optional=sorted(system))
     argv += ["--remount-ro", "/"]
     argv += _core_flags(network)
     argv += ["--chdir", cwd, "--", *inner]

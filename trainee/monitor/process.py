@@ -376,7 +376,7 @@ async def spawn_round(
                 f"a monitor (pid {previous.pid}) is still running this round",
                 data={"file": str(rnd.monitor_file)},
             )
-    append = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    append = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
     try:
         for stale in (rnd.exit_file, rnd.monitor_file):
             with contextlib.suppress(FileNotFoundError):

@@ -62,7 +62,8 @@ def test_mount_order_and_writable_places(tmp_path: Path) -> None:
         "/tmp",
         "--tmpfs",
     ]
-    assert {"/usr", "/etc"} <= set(binds(argv, "--ro-bind"))
+    # the system folders: bound if they exist where the round runs (a cluster node)
+    assert {"/usr", "/etc"} <= set(binds(argv, "--ro-bind-try"))
     # the project lives under /tmp here: it is bound again after the tmpfs
     assert str(root).startswith("/tmp/")
     assert str(root) in binds(argv, "--ro-bind")
@@ -79,6 +80,7 @@ def test_mount_order_and_writable_places(tmp_path: Path) -> None:
     assert argv.index("--tmpfs") < first_bind_under_tmp
     # deeper mounts come after shallower ones: the deepest rule wins for every path
     mounted = [argv[i + 1] for i, a in enumerate(argv[:-2]) if a in ("--bind", "--ro-bind")]
+    assert str(root) in mounted  # the project must be there: never optional
     under_root = [p for p in mounted if p.startswith(str(root))]
     assert under_root == sorted(under_root, key=lambda p: p.count("/"))
     tail = argv[argv.index("--die-with-parent") :]
