@@ -293,6 +293,10 @@ def private_places(layout: RoundLayout, envs: Sequence[Mapping[str, str]]) -> li
     of the user's), ``TRAINEE_DATA_DIR``, the project's store and control folder, and
     every HOME (its dotfiles only when it is a folder the job needs, such as the project)."""
     out: list[Private] = []
+    project = layout.session.project
+    # the job needs these folders: a private place that is one of them hides only
+    # trainee's entries in it
+    needed = {_real(project.project_root), _real(project.trainee_dir)}
     for env in envs:
         out.append(Private(_real(paths.home_dir(env))))
         if env.get("TRAINEE_SOCKET"):
@@ -302,8 +306,8 @@ def private_places(layout: RoundLayout, envs: Sequence[Mapping[str, str]]) -> li
         else:
             out.append(Private(_real(paths.runtime_dir(env))))
         if env.get("TRAINEE_DATA_DIR"):
-            out.append(Private(_real(paths.service_data_dir(env))))
-    project = layout.session.project
+            data = _real(paths.service_data_dir(env))
+            out.append(Private(data, _DATA_NAMES if data in needed else None))
     for data in {project.data_dir, *(data_dir_for(project.trainee_dir, env) for env in envs)}:
         out.append(Private(_real(data), _DATA_NAMES))
     out.append(Private(_real(project.control)))

@@ -116,3 +116,20 @@ def test_tool_paths_bind_a_path_folder_never_the_home_holding_it(tmp_path: Path)
         tmp_path / "venv",
         tmp_path / "base",
     ]
+
+
+def test_a_data_folder_that_is_the_project_hides_only_the_store_in_it(tmp_path: Path) -> None:
+    """TRAINEE_DATA_DIR set to the project itself: the project stays visible (train.py
+    bound again), its store and control folder do not."""
+    from trainee.launch.layout import ProjectLayout
+    from trainee.launch.sandbox import bwrap_argv
+
+    root = tmp_path / "proj"
+    tree(root, "train.py", "runtime.sqlite3", ".trainee/project.yaml")
+    env = {"TRAINEE_DATA_DIR": str(root), "HOME": str(tmp_path / "home"), "PATH": "/usr/bin"}
+    rnd = ProjectLayout.for_root(root, env).session(1).round(1)
+    argv = bwrap_argv(["true"], layout=rnd, cwd=str(root), caller_env=env, devices=[], env=env)
+    pairs = [(argv[i], argv[i + 1]) for i in range(len(argv) - 1)]
+    assert ("--ro-bind", str(root)) in pairs and ("--tmpfs", str(root)) in pairs
+    assert ("--ro-bind", str(root / "train.py")) in pairs
+    assert not any(p[1] == str(root / "runtime.sqlite3") for p in pairs if "bind" in p[0])
