@@ -14,6 +14,11 @@ such file is opened with :func:`open_job_file`:
   (:func:`private_roots`, any store), and inside the ``within`` folders when the
   caller names them, so a folder on the way that is a link to elsewhere leads nowhere.
 
+Where a pattern (``outputs/**/*.jsonl``) names the files, :func:`find_job_files` finds
+them: ``glob``'s ``**`` follows symlinks to folders, so two links ``a -> .`` and
+``b -> .`` make it explode; here ``**`` never descends through a link, and the search
+looks at a bounded number of entries.
+
 It is read with a bound: :func:`read_bounded` for a whole small file,
 :func:`bounded_lines` for a line file whose over-long lines are skipped without ever
 being held. Every refusal is a :class:`NotRegularFile` (an ``OSError`` whose
@@ -24,6 +29,8 @@ and the reason.
 from __future__ import annotations
 
 import errno
+import fnmatch
+import glob
 import os
 import stat
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,6 +42,7 @@ __all__ = [
     "STORE_NAME",
     "NotRegularFile",
     "bounded_lines",
+    "find_job_files",
     "open_job_file",
     "private_roots",
     "read_bounded",
@@ -201,3 +209,65 @@ def bounded_lines(fd: int, max_line: int, max_total: int | None = None) -> Itera
         yield skipping
     elif held:
         yield bytes(held)
+
+
+MAX_FOUND = 10_000
+"""Files :func:`find_job_files` returns at most."""
+MAX_VISITED = 200_000
+"""Folder entries :func:`find_job_files` looks at at most for a ``**`` pattern."""
+
+
+def _match(parts: Sequence[str], names: Sequence[str]) -> bool:
+    """Whether the path components ``names`` match the pattern components ``parts`` as
+    ``glob`` would (``**``: any number of folders; a leading dot matched only by one)."""
+    if not parts:
+        return not names
+    head, rest = parts[0], parts[1:]
+    if head == "**":
+        for i in range(len(names) + 1):
+            if i and names[i - 1].startswith("."):
+                break
+            if _match(rest, names[i:]):
+                return True
+        return False
+    if not names or (names[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(names[0], head) and _match(rest, names[1:])
+
+
+def find_job_files(pattern: str, *, max_found: int = MAX_FOUND) -> list[str]:
+    """The paths matching ``pattern`` (absolute, ``glob`` syntax with ``**``) in folders the
+    job can write, at most ``max_found``: like ``glob.glob(pattern, recursive=True)``, but
+    ``**`` never descends through a symlink and at most :data:`MAX_VISITED` entries are
+    looked at. Without ``**`` the depth is fixed and ``glob`` itself is used."""
+    if not glob.has_magic(pattern):
+        return [pattern] if os.path.lexists(pattern) else []
+    if "**" not in pattern.split("/"):
+        found: list[str] = []
+        for path in glob.iglob(pattern):
+            found.append(path)
+            if len(found) >= max_found:
+                break
+        return found
+    parts = [p for p in pattern.split("/") if p]
+    static: list[str] = []
+    for part in parts:
+        if glob.has_magic(part):
+            break
+        static.append(part)
+    root = "/" + "/".join(static)
+    wanted = parts[len(static) :]
+    out: list[str] = []
+    visited = 0
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        rel = [p for p in folder[len(root) :].split("/") if p]
+        for name in [*dirs, *files]:
+            visited += 1
+            if _match(wanted, [*rel, name]):
+                out.append(os.path.join(folder, name))
+        if visited >= MAX_VISITED or len(out) >= max_found:
+            break
+        dirs[:] = [
+            d for d in dirs if not d.startswith(".") or any(p.startswith(".") for p in wanted)
+        ]
+    return out[:max_found]

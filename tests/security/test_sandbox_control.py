@@ -104,7 +104,8 @@ def test_fifos_devices_links_and_huge_files_in_reach_are_warnings_never_a_hang(
 ) -> None:
     """The job leaves a FIFO as its exit.json and monitor.json, its heartbeat file and a
     tailed log; a W&B summary of a gigabyte; a metrics file linked to the daemon's own
-    config.json (provider keys) and one linked out of the project. The daemon keeps
+    config.json (provider keys) and one linked out of the project; symlink loops where
+    the metric and log globs search. The daemon keeps
     answering, the round's result is the job's own, and no byte of the hidden files
     lands anywhere the next round could read."""
     orders: dict[str, object] = {}
@@ -116,13 +117,21 @@ def test_fifos_devices_links_and_huge_files_in_reach_are_warnings_never_a_hang(
             "      source: jsonl\n"
             "      key_or_pattern: api_key\n"
             "      path: '{outputs_dir}/**/*.json*'\n"
+            "    - name: leaked_keys\n"
+            "      source: jsonl\n"
+            "      key_or_pattern: api_key\n"
+            "      path: '{outputs_dir}/keys/config.json'\n"
+            "    - name: leaked_host\n"
+            "      source: jsonl\n"
+            "      key_or_pattern: api_key\n"
+            "      path: '{outputs_dir}/host/host-file.jsonl'\n"
             "    - name: summary\n"
             "      source: wandb_summary\n"
             "      key_or_pattern: val_loss\n"
             "      path: '{outputs_dir}/wandb-summary.json'\n"
         ),
         advanced_extra=(
-            "  log_paths: ['{trainee_dir}/logs/*.log']\n"
+            "  log_paths: ['{trainee_dir}/logs/**/*.log']\n"
             "  heartbeat_interval_sec: 0.2\n"
             "  signal_sources:\n"
             "    - type: heartbeat_file\n"
@@ -152,6 +161,11 @@ def test_fifos_devices_links_and_huge_files_in_reach_are_warnings_never_a_hang(
                         "to_config": ["symlink", [str(ws / "outputs" / "a.jsonl"), str(secret)]],
                         "to_home": ["symlink", [str(ws / "outputs" / "keys"), str(secret.parent)]],
                         "to_host": ["symlink", [str(ws / "outputs" / "host"), str(outside)]],
+                        # link loops: glob's ** would explode on them (2^depth paths)
+                        "loop_a": ["symlink", [str(ws / "outputs" / "loop-a"), "."]],
+                        "loop_b": ["symlink", [str(ws / "outputs" / "loop-b"), "."]],
+                        "loop_c": ["symlink", [str(logs / "loop-c"), "."]],
+                        "loop_d": ["symlink", [str(logs / "loop-d"), "."]],
                     },
                     "hold_sec": 1.5,
                 }
@@ -168,7 +182,7 @@ def test_fifos_devices_links_and_huge_files_in_reach_are_warnings_never_a_hang(
     assert all(got[k] == "ok" for k in ("exit_fifo", "huge", "to_config", "to_home")), got
     rnd = state["rounds"][0]
     assert rnd["status"] == "completed" and rnd["primary_metric"] == 0.5, rnd
-    assert "leaked" not in rnd["finals"] and "summary" not in rnd["finals"]
+    assert not {"leaked", "leaked_keys", "leaked_host", "summary"} & set(rnd["finals"])
     warnings = "\n".join(rnd["warnings"])
     assert "a.jsonl: a symlink: not followed" in warnings, warnings
     assert "keys/config.json: leads to trainee's private" in warnings, warnings

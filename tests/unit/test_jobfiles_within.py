@@ -102,3 +102,24 @@ def test_missing_files_raise_file_not_found(area: Path) -> None:
     with pytest.raises(FileNotFoundError) as info:
         read(area / "job" / "nope" / "x.json", area)
     assert info.value.errno == errno.ENOENT
+
+
+def test_find_job_files_is_glob_without_descending_links(tmp_path: Path) -> None:
+    import glob
+    import time
+
+    from trainee.jobfiles import find_job_files
+
+    for rel in ("o/a.jsonl", "o/x/y/b.jsonl", "o/x/c.txt", "o/.hidden/h.jsonl"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}\n")
+    for pattern in ("o/**/*.jsonl", "o/*/y/*.jsonl", "o/x/**/b.jsonl", "o/**/y", "o/*.jsonl"):
+        full = str(tmp_path / pattern)
+        assert sorted(find_job_files(full)) == sorted(glob.glob(full, recursive=True)), pattern
+    # two links to "." make glob's ** search 2^depth paths; here they are not descended
+    (tmp_path / "o" / "l1").symlink_to(".")
+    (tmp_path / "o" / "l2").symlink_to(".")
+    started = time.monotonic()
+    found = find_job_files(str(tmp_path / "o" / "**" / "*.jsonl"))
+    assert sorted(found) == [str(tmp_path / "o" / "a.jsonl"), str(tmp_path / "o/x/y/b.jsonl")]
+    assert time.monotonic() - started < 5

@@ -14,7 +14,6 @@ start, with a warning. Stdlib only.
 from __future__ import annotations
 
 import csv
-import glob
 import os
 from collections.abc import Sequence
 
@@ -154,7 +153,7 @@ class CsvReader:
 
     def _newest(self) -> str | None:
         best: tuple[float, str] | None = None
-        for path in glob.glob(self.pattern, recursive=True):
+        for path in jobfiles.find_job_files(self.pattern):  # bounded, never through a link
             try:
                 st = os.stat(path)
             except OSError:

@@ -652,7 +652,7 @@ def _matching_files(pattern: str) -> list[str]:
     """Files matching ``pattern`` (not folders), oldest first (mtime, then path). What is
     not a regular file is kept: reading it says why it is refused."""
     found: list[tuple[int, str]] = []
-    for path in glob.glob(pattern, recursive=True):
+    for path in jobfiles.find_job_files(pattern):  # bounded, never through a link
         try:
             st = os.lstat(path)
         except OSError:

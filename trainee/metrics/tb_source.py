@@ -165,10 +165,11 @@ class TensorBoardReader:
 
     def _event_files(self) -> list[str]:
         found: list[tuple[float, str]] = []
-        for match in glob.glob(self.pattern, recursive=True):
+        # bounded, never through a link: the folders are the job's (trainee.jobfiles)
+        for match in jobfiles.find_job_files(self.pattern):
             paths = (
-                glob.glob(os.path.join(glob.escape(match), "**", "*tfevents*"), recursive=True)
-                if os.path.isdir(match)
+                jobfiles.find_job_files(os.path.join(glob.escape(match), "**", "*tfevents*"))
+                if os.path.isdir(match) and not os.path.islink(match)
                 else [match]
             )
             for path in paths:

@@ -461,7 +461,8 @@ class _TailSet:
         """Start following files that now match a pattern."""
         skip = {*self.indexes.values(), *(t.index for t in self.tails.values() if t.index)}
         for pattern in self.patterns:
-            paths = glob.glob(pattern, recursive=True) if glob.has_magic(pattern) else [pattern]
+            # the job's folders: bounded, never through a link (trainee.jobfiles)
+            paths = jobfiles.find_job_files(pattern) if glob.has_magic(pattern) else [pattern]
             for path in paths:
                 if path in self.tails or path in skip or not os.path.isfile(path):
                     continue

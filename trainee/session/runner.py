@@ -32,6 +32,7 @@ from trainee.errors import (
     SandboxError,
     TraineeError,
 )
+from trainee.jobfiles import find_job_files
 from trainee.launch.backends import Backend, JobRef, JobState, RoundJob, make_backend
 from trainee.launch.backends.base import clear_job_files
 from trainee.launch.layout import CONTROL_LAYOUT, ProjectLayout, RoundLayout, SessionLayout
@@ -1200,9 +1201,10 @@ def _signal_globs(
 
 
 def _expand(patterns: list[str]) -> list[str]:
+    """The files of the signal globs (the job's folders: bounded, never through a link)."""
     out: list[str] = []
     for pattern in patterns:
-        out.extend(glob.glob(pattern, recursive=True) if glob.has_magic(pattern) else [pattern])
+        out.extend(find_job_files(pattern) if glob.has_magic(pattern) else [pattern])
     return out
 
 
