@@ -19,12 +19,14 @@ __all__ = [
     "BudgetExceeded",
     "ConfigError",
     "DaemonNotRunning",
+    "Forbidden",
     "InternalError",
     "InvalidDecision",
     "InvalidParams",
     "InvalidRequest",
     "InvalidState",
     "LaunchError",
+    "LimitExceeded",
     "MethodNotFound",
     "NotAvailable",
     "NotFound",
@@ -219,6 +221,21 @@ class SandboxError(LaunchError):
     kind = "sandbox"
 
 
+class LimitExceeded(TraineeError):
+    """A request or a client went over one of the daemon's limits (connections, batch
+    length, reply size, ...); ``data`` names the limit. Nothing was changed."""
+
+    code = 1020
+    kind = "limit"
+
+
+class Forbidden(TraineeError):
+    """The caller may not use the daemon at all (e.g. a training job on the socket)."""
+
+    code = 1021
+    kind = "forbidden"
+
+
 class PortInUse(TraineeError):
     """The daemon's HTTP port is taken by another program."""
 
@@ -251,6 +268,8 @@ _ALL: tuple[type[TraineeError], ...] = (
     ShuttingDown,
     InvalidDecision,
     SandboxError,
+    LimitExceeded,
+    Forbidden,
     PortInUse,
     DaemonNotRunning,
 )

@@ -15,7 +15,8 @@ from trainee.api.context import CallContext
 from trainee.api.methods import registry
 from trainee.api.project_methods import project_root_of
 from trainee.errors import InvalidParams, InvalidState, NotFound, ProviderError, SandboxError
-from trainee.launch.layout import ProjectLayout, parse_session_id
+from trainee.ids import parse_session
+from trainee.launch.layout import ProjectLayout
 from trainee.launch.sandbox import check_bwrap
 from trainee.policies import needs_provider
 from trainee.research.decision import plan_json_schema
@@ -40,13 +41,6 @@ async def existing_store(ctx: CallContext, root: str) -> Store:
     if not ProjectLayout.for_root(root).database.exists():
         raise NotFound(f"no session in {root} (it has no runtime database)", {"project_root": root})
     return await manager_of(ctx).store_for(root)
-
-
-def _session_index(session: str) -> int:
-    try:
-        return parse_session_id(session)
-    except ValueError as exc:
-        raise InvalidParams(str(exc), {"field": "session", "reason": "bad session id"}) from None
 
 
 def _public(rec: SessionRecord) -> dict[str, Any]:
@@ -245,7 +239,7 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
     policy = params.policy or str(getattr(getattr(spec, "decision", None), "policy", "llm"))
     provider_test = None
     if needs_provider(policy):
-        from trainee.llm.client import live_test
+        from trainee.llm.client import live_test_all
         from trainee.llm.settings import load_settings
 
         settings = load_settings(env)
@@ -257,7 +251,9 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
                     "or choose an offline policy: --policy tpe|random"
                 },
             )
-        provider_test = await live_test(settings)
+        # every configured provider is tried (a structured request, as decisions make):
+        # a dead primary with a healthy backup still runs, on the backup
+        provider_test = await live_test_all(settings)
         if not provider_test.get("ok"):
             raise ProviderError(
                 f"the LLM provider failed its live test: {provider_test.get('error')}",
@@ -305,7 +301,7 @@ async def _resolve_session(ctx: CallContext, params: w.SessionParams) -> tuple[s
         if not sessions:
             raise NotFound(f"no session in {root}", {"project_root": root})
         return root, sessions[-1]
-    return root, await store.get_session(_session_index(params.session))
+    return root, await store.get_session(parse_session(params.session))
 
 
 class LoopGetResult(msgspec.Struct, kw_only=True):
@@ -538,7 +534,7 @@ async def prompt_preview(ctx: CallContext, params: w.PromptPreviewParams) -> Pro
     state = new_state(primary, goal)
     if params.session:
         store = await existing_store(ctx, root)
-        for r in await store.list_rounds(_session_index(params.session)):
+        for r in await store.list_rounds(parse_session(params.session)):
             if r.status in FINISHED:
                 from trainee.research.state import RoundSummary
 
@@ -561,7 +557,11 @@ async def prompt_preview(ctx: CallContext, params: w.PromptPreviewParams) -> Pro
                 )
     baseline = {t.name: t.baseline for t in spec.tunables}
     messages = build_messages(
-        prompt_parts(spec, settings), state, spec.tunables, baseline_params=baseline
+        prompt_parts(spec, settings),
+        state,
+        spec.tunables,
+        baseline_params=baseline,
+        constraints=spec.constraints,
     )
     return PromptPreviewResult(
         messages=messages,

@@ -76,6 +76,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     }
     if args.baseline_config:
         params["baseline_config"] = args.baseline_config
+    if args.train_command is not None:
+        params["command"] = args.train_command
     result = daemon_client.call("project_init", params)
     if args.json:
         print_json(result)
@@ -89,11 +91,35 @@ def cmd_init(args: argparse.Namespace) -> int:
     sys.stdout.write(f"environment: {disc['environment']} ({disc['environment_reason']})\n")
     if init.get("entrypoint"):
         sys.stdout.write(f"entrypoint: {init['entrypoint']}\n")
+    else:
+        sys.stdout.write("entrypoint: NOT FOUND (see the note below)\n")
+    if init.get("command"):
+        sys.stdout.write(f"command: {' '.join(init['command'])}\n")
+    if init.get("output_flag"):
+        sys.stdout.write(f"output: {init['output_flag']} receives each round's outputs folder\n")
+    for lim in init.get("limits", []):
+        mark = f"  <- {lim['problem']}" if lim.get("problem") else ""
+        sys.stdout.write(f"{lim['kind']}: {lim['flag']} = {lim['value']}{mark}\n")
+    for change in init.get("kept_fields", []):
+        sys.stdout.write(
+            f"kept your {change['field']}: {change['yours']!r} (init would write "
+            f"{change['generated']!r})\n"
+        )
+    for change in init.get("replaced_fields", []):
+        sys.stdout.write(
+            f"replaced {change['field']}: {change['yours']!r} -> {change['generated']!r} "
+            f"({change['reason']})\n"
+        )
+    if init.get("backup"):
+        sys.stdout.write(f"backup of the old project.yaml: {init['backup']}\n")
+    for i, m in enumerate(init.get("metrics", [])):
+        role = "primary metric" if i == 0 else "metric"
+        sys.stdout.write(f"{role}: {m['name']} ({m['split']}, {m['goal']}) from {m['where']}\n")
     for note in init.get("notes", []):
         sys.stdout.write(f"note: {note}\n")
     sys.stdout.write(
-        "next: review .trainee/project.yaml (set output.config_path if the baseline config "
-        "holds the output folder), then `trainee prepare`\n"
+        "next: review .trainee/project.yaml (values marked CHOOSE must be set), then "
+        "`trainee prepare`\n"
     )
     _provider_line(result.get("provider_test"))
     return _provider_exit(result)
@@ -116,14 +142,33 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if prep["params_written"]:
         sys.stdout.write(f" ({', '.join(prep['params_written'])})")
     sys.stdout.write(f"\ncontext.md: {prep['context']}\n")
+    for c in prep.get("constraints", []):
+        sys.stdout.write(f"constraint: {c['expr']} ({c['reason']})\n")
+    _excluded(prep.get("excluded", []))
     for skipped in prep.get("skipped", []):
         sys.stdout.write(f"skipped {skipped['name']}: {skipped['reason']}\n")
+    metrics = prep.get("metrics", [])
+    sys.stdout.write(
+        f"metrics: {', '.join(metrics)} (primary first)\n"
+        if metrics
+        else "metrics: none in project.yaml (rounds are ranked by the built-in training loss)\n"
+    )
     for note in prep.get("notes", []):
         sys.stdout.write(f"note: {note}\n")
     if prep["params_written"]:
         sys.stdout.write("review .trainee/tuning.yaml: only safe parameters should be listed\n")
     _provider_line(result.get("provider_test"))
     return _provider_exit(result)
+
+
+def _excluded(items: list[dict[str, Any]]) -> None:
+    """One line per candidate left out, with the reason (beyond-the-limit ones counted)."""
+    extra = [e for e in items if e["reason"].startswith("beyond the limit")]
+    for e in items:
+        if e not in extra:
+            sys.stdout.write(f"left out {e['key']}: {e['reason']}\n")
+    if extra:
+        sys.stdout.write(f"left out {len(extra)} more beyond the limit (see --limit)\n")
 
 
 def _bounds(s: dict[str, Any]) -> str:
@@ -154,8 +199,9 @@ def cmd_tunables(args: argparse.Namespace) -> int:
         target = s.get("flag") or s.get("config_path") or s.get("override") or ""
         table.add_row(s["name"], target, s["type"], str(s.get("default")), _bounds(s), s["reason"])
     console().print(table)
-    if result["excluded"]:
-        sys.stdout.write(f"left out {len(result['excluded'])} candidates (see --json for why)\n")
+    for c in result.get("constraints", []):
+        sys.stdout.write(f"constraint: {c['expr']} ({c['reason']})\n")
+    _excluded(result["excluded"])
     for note in result.get("notes", []):
         sys.stdout.write(f"note: {note}\n")
     if result.get("applied"):
@@ -197,6 +243,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "skip_provider_test": args.skip_provider_test,
         "env": dict(os.environ),
     }
+    if args.policy is not None:
+        params["policy"] = args.policy
     report = daemon_client.call("project_doctor", params)
     if args.json:
         print_json(report)

@@ -38,6 +38,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print_json(result)
             return 0
         out = sys.stdout
+        out.write(
+            f"# the next session would be {result['session']}; its round {result['round']} "
+            "(the baseline) would run:\n"
+        )
         out.write(f"# baseline command ({result['security_mode']} mode), run in {result['cwd']}:\n")
         out.write(result["command"] + "\n")
         if result["config_path"]:
