@@ -22,6 +22,16 @@ def project_root(value: str | None) -> str:
     return str(Path(value or os.getcwd()).resolve())
 
 
+def project_option(root: str | None) -> str:
+    """`` --project-root ROOT`` for a command to suggest, unless ROOT is the current
+    folder's project (where commands find it by themselves)."""
+    import shlex
+
+    if root is None or root == project_root(None):
+        return ""
+    return f" --project-root {shlex.quote(root)}"
+
+
 def _lines(items: list[str], label: str) -> None:
     if items:
         sys.stdout.write(f"{label}: {', '.join(items)}\n")
