@@ -590,6 +590,9 @@ _MACHINE_FLAG = re.compile(
 )
 """Flags of the docs' command that depend on the machine it ran on (GPU, precision,
 logging services), left out of launch.args."""
+_FULLY_KNOWN = ("argparse", "click", "typer", "configurator", "jsonargparse")
+"""Frameworks whose every option discovery reads (HfArgumentParser and LightningCLI
+options partly live in the library)."""
 _UNRESOLVED = re.compile(r"[$<>{}`*]|\.\.\.")
 
 
@@ -647,6 +650,9 @@ def _docs_command(root: Path, ep: Entrypoint) -> _DocsCommand:
             continue
         if _MACHINE_FLAG.match(normalize_name(flag)):
             out.dropped.append(f"{shown} (depends on the machine)")
+            continue
+        if option is None and ep.options and ep.framework in _FULLY_KNOWN:
+            out.dropped.append(f"{shown} (not an option of {ep.path})")
             continue
         parsed = parse_value(val) if val is not None else None
         if not isinstance(parsed, int | float | str) and val is not None:

@@ -319,6 +319,9 @@ def test_field_patterns(tmp_path: Path) -> None:
         """,
     )
     write(root / "data" / "train.txt", "a b c\n")
+    write(
+        root / "README.md", "    python main.py --epochs 2 --bogus 1 --num_workers 4 --save $OUT\n"
+    )
     write(root / "src" / "data" / "__init__.py", "")
     write(root / "configs" / "data" / "mnist.yaml", "batch_size: 4\n")
     write(root / "environment.yml", "name: myenv\n")
@@ -328,9 +331,12 @@ def test_field_patterns(tmp_path: Path) -> None:
     assert any("conda is not on PATH" in n for n in result.notes)
     assert spec.output.flag is None
     assert [(a.flag, a.value) for a in spec.run.fixed_args] == [
-        ("--epochs", 40),
+        ("--epochs", 2),  # the README's budget
         ("--save", "{outputs_dir}/model.pt"),
     ]
+    [dropped] = [n for n in result.notes if "not copied" in n]
+    for word in ("--bogus 1 (not an option", "--num_workers 4 (depends on the machine", "$OUT"):
+        assert word in dropped
     assert [(d.path, d.flag) for d in spec.data] == [("data", "--data-dir")]
     assert check_output(root, spec, "guarded")[0] == "pass"
     machine = [] if has_cuda() else [("--device", "cpu")]  # a CUDA default without a GPU
