@@ -155,9 +155,14 @@ def command_target(
     not in the project (it may be installed), or ``("other", None, None)`` when it names
     no Python script or module (a console script: the launcher check covers it)."""
     root_path = Path(root).resolve()
-    words = list(command)
     base = root_path / working_dir
+    words = [
+        w.replace("{project_root}", str(root_path)).replace("{working_dir}", str(base))
+        for w in command
+    ]
     for i, word in enumerate(words):
+        if "{" in word and "}" in word:
+            continue  # a per-round placeholder ({round_dir}...): not known before the round
         if word == "-m" and i + 1 < len(words):
             module = words[i + 1]
             if module.startswith(("torch.distributed", "accelerate")):
@@ -188,16 +193,24 @@ Verdict = tuple[Literal["pass", "warn", "fail"], str, str]
 """(status ``pass``/``warn``/``fail``, detail, fix)."""
 
 
-def _words_of(project: ProjectFileSpec) -> list[str]:
+def _words_of(project: ProjectFileSpec, root: Path | str | None = None) -> list[str]:
+    """The command's words (``advanced.shell_command`` split like a shell), with
+    ``{project_root}`` / ``{working_dir}`` filled in when ``root`` is given."""
     import shlex
 
     shell = project.advanced.shell_command
     if shell:
         try:
-            return shlex.split(shell)
+            words = shlex.split(shell)
         except ValueError:
-            return shell.split()
-    return list(project.launch.command or ())
+            words = shell.split()
+    else:
+        words = list(project.launch.command or ())
+    if root is None:
+        return words
+    top = str(Path(root).resolve())
+    base = os.path.normpath(os.path.join(top, project.advanced.working_dir))
+    return [w.replace("{project_root}", top).replace("{working_dir}", base) for w in words]
 
 
 def project_view(root: Path | str, project: ProjectFileSpec) -> RunView | None:
@@ -205,7 +218,7 @@ def project_view(root: Path | str, project: ProjectFileSpec) -> RunView | None:
     when its command runs no script or module of the project."""
     from trainee.discovery.scan import discover, entrypoint_for_command
 
-    words = _words_of(project)
+    words = _words_of(project, root)
     discovery = discover(root)
     ep = entrypoint_for_command(root, discovery, words, project.advanced.working_dir)
     if ep is None:

@@ -377,3 +377,24 @@ def test_field_patterns(tmp_path: Path) -> None:
         ("--trainer.max_steps", -1),
     ]
     assert check_limits(cli, spec)[0] == "pass"
+
+
+def test_shell_command_with_placeholders_is_read(tmp_path: Path) -> None:
+    root = project("charmodel", tmp_path)
+    init_project(root)
+    pfile = root / ".trainee" / "project.yaml"
+    shell = "cd {round_dir} && exec python {project_root}/charlm.py --max-steps 20 {extra_args}"
+    pfile.write_text(
+        pfile.read_text().replace(
+            "  working_dir: .", f"  working_dir: .\n  shell_command: '{shell}'"
+        )
+    )
+    spec = loaded(root)
+    assert spec.advanced.shell_command == shell
+    assert check_entrypoint(root, spec)[0] == "pass"
+    # run.fixed_args come after the command's own words ({extra_args}): its -1 wins
+    status, detail, _ = check_limits(root, spec)
+    assert status == "fail" and "--max-steps is -1" in detail
+    pfile.write_text(pfile.read_text().replace("value: -1  # CHOOSE", "value: 20  # CHOOSE"))
+    status, detail, _ = check_limits(root, loaded(root))
+    assert status == "pass" and "--max-steps = 20" in detail
