@@ -23,6 +23,7 @@ from typing import Any, Literal
 import msgspec
 
 from trainee.discovery.context import build_context, write_context
+from trainee.discovery.metrics import MetricProposal, propose_metrics, training_metric_advice
 from trainee.discovery.options import normalize_name
 from trainee.discovery.runplan import PLACEHOLDER_SCRIPT, command_target, run_view
 from trainee.discovery.scan import (
@@ -38,6 +39,7 @@ from trainee.discovery.scan import (
 )
 from trainee.discovery.tunables import (
     DEFAULT_LIMIT,
+    ConstraintSuggestion,
     Excluded,
     Skipped,
     Suggestion,
@@ -52,12 +54,14 @@ from trainee.spec import (
     DataSpec,
     Environment,
     LaunchSpec,
+    MetricsSpec,
     OutputSpec,
     ProjectFileSpec,
     RunSpec,
     TuningFileSpec,
     check_project,
     load_project,
+    load_project_file,
 )
 
 __all__ = [
@@ -110,6 +114,8 @@ class InitResult(msgspec.Struct, kw_only=True):
     """project.yaml fields ``--force`` replaced although they differed (see ``backup``)."""
     backup: str | None = None
     notes: list[str] = msgspec.field(default_factory=list)
+    metrics: list[MetricProposal] = msgspec.field(default_factory=list)
+    """The metric specs written to project.yaml (the first is the primary metric)."""
 
 
 class PrepareResult(msgspec.Struct, kw_only=True):
@@ -124,6 +130,10 @@ class PrepareResult(msgspec.Struct, kw_only=True):
     excluded: list[Excluded] = msgspec.field(default_factory=list)
     entrypoint: str | None = None
     notes: list[str] = msgspec.field(default_factory=list)
+    constraints: list[ConstraintSuggestion] = msgspec.field(default_factory=list)
+    """The constraints written to tuning.yaml (with the code that says so)."""
+    metrics: list[str] = msgspec.field(default_factory=list)
+    """The metric specs of project.yaml, primary first (``val_loss (min)``)."""
 
 
 # -- init ------------------------------------------------------------------------------------
@@ -258,6 +268,7 @@ def init_project(
         replaced_fields=merged.replaced,
         backup=f".trainee/{merged.backup}" if merged.backup else None,
         notes=notes,
+        metrics=plan.metrics,
     )
 
 
@@ -550,6 +561,7 @@ class _Plan:
     data: list[tuple[_Item, _Item | None]] = field(default_factory=list)
     fixed_args: list[tuple[_Item, _Item]] = field(default_factory=list)
     metric_name: str | None = None
+    metrics: list[MetricProposal] = field(default_factory=list)
     output_hint: str | None = None
     output_flag: _Item | None = None
     config_style: str | None = None
@@ -759,6 +771,7 @@ def _plan(
         plan.metric_name = next(
             (m for m in ep.metric_names if m not in ("loss", "total_loss")), None
         )
+        _plan_metrics(root, ep, plan)
         if (
             baseline is not None
             and ep.framework not in ("none", "hydra")
@@ -893,6 +906,28 @@ def _plan_run(root: Path, ep: Entrypoint, plan: _Plan) -> None:
             f"no training-limit option found in {ep.path}: make sure a round ends by itself "
             "(run.timeout_minutes stops it otherwise)"
         )
+
+
+def _plan_metrics(root: Path, ep: Entrypoint, plan: _Plan) -> None:
+    """The metric specs: the primary (a validation or test metric the code prints) and
+    up to two more that are not training metrics; none when only a training loss is
+    printed (the built-in ``loss`` covers it)."""
+    report = propose_metrics(root, ep)
+    plan.notes += report.notes
+    primary = report.primary
+    if primary is None:
+        if report.proposals:
+            plan.notes.append(
+                f"{ep.path} prints only training metrics ({report.proposals[0].name}); rounds "
+                "are ranked by the training loss: print a validation metric and add it "
+                "first in metrics.specs"
+            )
+        return
+    others = [p for p in report.proposals[1:] if p.split != "train" and p is not primary]
+    plan.metrics = [primary, *[p for p in others if p.split != "other" or p.goal == "max"][:2]]
+    plan.notes.append(
+        f"primary metric {primary.name} ({primary.split}, {primary.goal}): {primary.reason}"
+    )
 
 
 def _plan_data(root: Path, d: Discovery, ep: Entrypoint | None, plan: _Plan) -> None:
@@ -1096,19 +1131,27 @@ def _render_project_yaml(plan: _Plan) -> str:
         ]
     out += [
         "metrics:",
-        "  # No custom metric yet: trainee parses the built-in `loss` / `total_loss` values.",
     ]
+    if plan.metrics:
+        out += _render_metrics(plan.metrics)
+    else:
+        out.append(
+            "  # No custom metric yet: trainee parses the built-in `loss` / `total_loss` values."
+        )
     name = plan.metric_name or "val_loss"
     where = f"{ep.path} prints {name}; " if ep is not None and plan.metric_name else ""
+    if not plan.metrics:
+        out += [
+            f"  # {where}to select rounds on a printed metric, for example:",
+            "  # specs:",
+            f"  #   - name: {name}",
+            "  #     source: stdout_regex",
+            f"  #     key_or_pattern: '{name}=(?P<value>-?\\d+(?:\\.\\d+)?(?:[eE][-+]?\\d+)?)'",
+            "  #     goal: min",
+            "  #     required: true",
+            "  specs: []",
+        ]
     out += [
-        f"  # {where}to select rounds on a printed metric, for example:",
-        "  # specs:",
-        f"  #   - name: {name}",
-        "  #     source: stdout_regex",
-        f"  #     key_or_pattern: '{name}=(?P<value>-?\\d+(?:\\.\\d+)?(?:[eE][-+]?\\d+)?)'",
-        "  #     goal: min",
-        "  #     required: true",
-        "  specs: []",
         "",
         "advanced:",
         "  security_mode: guarded  # the project is read-only to the job; only .trainee/ is"
@@ -1116,6 +1159,29 @@ def _render_project_yaml(plan: _Plan) -> str:
         "  working_dir: .",
     ]
     return "\n".join(out) + "\n"
+
+
+def _render_metrics(proposals: list[MetricProposal]) -> list[str]:
+    out = [
+        "  # Proposed from the code (never run): the first spec is the primary metric rounds",
+        "  # are ranked by. Each pattern was checked against the line the code prints.",
+        "  specs:",
+    ]
+    for i, p in enumerate(proposals):
+        better = "lower" if p.goal == "min" else "higher"
+        out.append(f"    - name: {_scalar(p.name)}{_comment(f'{p.split}, {better} is better')}")
+        out.append(f"      # {p.reason}; e.g. {' '.join(p.sample.split())[:160]}")
+        out.append(f"      source: {p.source}")
+        out.append(f"      key_or_pattern: {_single_quoted(p.key_or_pattern)}")
+        if p.path is not None:
+            out.append(f"      path: {_single_quoted(p.path)}")
+        out.append(f"      goal: {p.goal}")
+        out.append(f"      required: {'true' if i == 0 else 'false'}")
+    return out
+
+
+def _single_quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _expected(plan: _Plan) -> ProjectFileSpec:
@@ -1138,6 +1204,9 @@ def _expected(plan: _Plan) -> ProjectFileSpec:
             fixed_args=tuple(ArgSpec(flag=f.value, value=v.value) for f, v in plan.fixed_args),
         ),
         output=OutputSpec(flag=plan.output_flag.value if plan.output_flag else None),
+        metrics=MetricsSpec(
+            specs=tuple(p.to_spec(required=i == 0) for i, p in enumerate(plan.metrics))
+        ),
     )
 
 
@@ -1237,6 +1306,11 @@ def _render_readme(d: Discovery, plan: _Plan) -> str:
         out.append(f"- `{c.path}` ({c.kind}): {c.reason}")
     if plan.baseline:
         out += ["", f"**Baseline config:** `{plan.baseline}` (given with --baseline-config)."]
+    out += ["", "**Metrics** (`metrics.specs`, the first is the primary metric):", ""]
+    if not plan.metrics:
+        out.append("- none proposed: rounds are ranked by the built-in training `loss`")
+    for m in plan.metrics:
+        out.append(f"- `{m.name}` ({m.split}, goal {m.goal}): {m.reason}; sample `{m.sample}`")
     notes = [*plan.notes, *d.notes]
     if notes:
         out += ["", "## Notes", ""]
@@ -1264,8 +1338,15 @@ def prepare_project(
     root: Path | str, *, replace: bool = False, limit: int = DEFAULT_LIMIT
 ) -> PrepareResult:
     """Validate the project, fill an empty tuning.yaml from discovery, write context.md
-    when missing. ``replace`` regenerates both."""
-    spec = load_project(root)
+    when missing. ``replace`` regenerates both (the old tuning.yaml is not checked: it may
+    no longer fit project.yaml, which is when it needs regenerating)."""
+    if replace:
+        root_path = resolve_root(root)
+        spec = check_project(
+            root_path, load_project_file(root_path / ".trainee" / "project.yaml"), TuningFileSpec()
+        )
+    else:
+        spec = load_project(root)
     project = spec.to_project_file()
     root_path = Path(spec.project_root)
     discovery = discover(root_path)
@@ -1283,9 +1364,12 @@ def prepare_project(
         result.entrypoint = report.entrypoint
         result.notes += report.notes
         if report.suggestions or replace:
-            applied = apply_suggestions(root_path, report.suggestions, replace=True)
+            applied = apply_suggestions(
+                root_path, report.suggestions, replace=True, constraints=report.constraints
+            )
             result.params_written = applied.written
             result.skipped = applied.skipped
+            result.constraints = [c for c in report.constraints if c.expr in applied.constraints]
         if replace:
             result.tuning = "replaced"
         else:
@@ -1297,6 +1381,10 @@ def prepare_project(
             )
         else:
             result.notes.append("no tunable parameters were found; tuning.yaml has no params")
+    result.metrics = [f"{m.name} ({m.goal}, {m.source})" for m in project.metrics.specs]
+    advice = training_metric_advice(root_path, project)
+    if advice is not None:
+        result.notes.append(f"{advice[0]}; fix: {advice[1]}")
     ctx = root_path / ".trainee" / "context.md"
     existed = ctx.exists() or ctx.is_symlink()
     if replace or not existed:

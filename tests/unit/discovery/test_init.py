@@ -42,11 +42,13 @@ def test_init_mlp_flags(tmp_path: Path) -> None:
     assert [(a.flag, a.value) for a in spec.run.fixed_args] == [("--epochs", 200)]
     assert spec.output.config_path is None  # init never infers output paths
     assert spec.tunables == ()  # nor tunables
-    assert spec.metrics.specs == ()
+    # the primary metric is the validation loss the script prints, not the training loss
+    assert [(m.name, m.goal, m.required) for m in spec.metrics.specs] == [("val_loss", "min", True)]
+    assert [m.name for m in result.metrics] == ["val_loss"]
     assert spec.advanced.security_mode == "guarded"
     text = (root / ".trainee" / "project.yaml").read_text()
-    assert "#     key_or_pattern: 'val_loss=" in text  # a commented metric example
-    assert "train.py prints val_loss" in text
+    assert "- name: val_loss  # validation, lower is better" in text
+    assert "train.py:168 prints 'val_loss'" in text
     readme = (root / ".trainee" / "README.md").read_text()
     assert "named train.py at the project root" in readme
     assert "`--epochs` = `200`" in readme
@@ -308,6 +310,24 @@ def test_prepare_fills_then_keeps_then_replaces(tmp_path: Path) -> None:
     assert (third.tuning, third.context) == ("replaced", "rewritten")
     assert [t.name for t in load_project(root).tunables] == ["lr", "l2"]
     assert "my notes" not in (root / ".trainee" / "context.md").read_text()
+
+
+def test_prepare_replace_regenerates_a_tuning_file_that_no_longer_fits(tmp_path: Path) -> None:
+    root = copy_example("mlp-flags", tmp_path)
+    init_project(root)
+    prepare_project(root)
+    # the user pins --batch-size: the old tuning.yaml now clashes with project.yaml
+    pfile = root / ".trainee" / "project.yaml"
+    pfile.write_text(
+        pfile.read_text().replace(
+            "  fixed_args:\n", "  fixed_args:\n    - flag: --batch-size\n      value: 32\n"
+        )
+    )
+    with pytest.raises(ConfigError, match=r"already set by run\.fixed_args"):
+        load_project(root)
+    result = prepare_project(root, replace=True)
+    assert result.tuning == "replaced" and "batch_size" not in result.params_written
+    assert [t.name for t in load_project(root).tunables] == result.params_written
 
 
 def test_prepare_with_output_config_path_never_lists_it(tmp_path: Path) -> None:
