@@ -398,3 +398,34 @@ def test_shell_command_with_placeholders_is_read(tmp_path: Path) -> None:
     pfile.write_text(pfile.read_text().replace("value: -1  # CHOOSE", "value: 20  # CHOOSE"))
     status, detail, _ = check_limits(root, loaded(root))
     assert status == "pass" and "--max-steps = 20" in detail
+
+
+@pytest.mark.parametrize("use_library", [True, False])
+def test_hydra_library_and_static_composition_agree(tmp_path: Path, use_library: bool) -> None:
+    if use_library:
+        pytest.importorskip("hydra", reason="hydra-core (the hydra extra) is not installed")
+    root = project("hydra_app", tmp_path)
+    write(
+        root / "conf" / "experiment" / "fast.yaml",
+        "# @package _global_\ntrainer:\n  max_epochs: 2\n",
+    )
+    ep = discover(root).best
+    assert ep is not None
+    overrides = ["model=cnn", "+experiment=fast", "~seed", "checkpoint_dir={outputs_dir}/ck"]
+    cfg = compose_hydra(root, ep, overrides, use_library=use_library)
+    assert cfg is not None and cfg.notes == []
+    data = {k: v for k, v in cfg.data.items() if k != "hydra"}
+    assert data == {
+        "model": {"channels": 32, "kernel_size": 3, "dropout": 0.2},
+        "optimizer": {"lr": 0.001, "weight_decay": 0.0},
+        "trainer": {"max_epochs": 2, "warmup_epochs": 2, "gradient_clip_val": 1.0},
+        "checkpoint_dir": "{outputs_dir}/ck",
+    }
+    assert cfg.groups == {"model": "cnn", "optimizer": "adam", "experiment": "fast"}
+    # a config Hydra itself cannot compose falls back to the static reading, with a note
+    write(
+        root / "conf" / "config.yaml", "defaults:\n  - model: missing_choice\n  - _self_\nlr: 1\n"
+    )
+    cfg = compose_hydra(root, ep, (), use_library=use_library)
+    assert cfg is not None and cfg.get("lr") == 1
+    assert any("missing_choice" in n for n in cfg.notes)
