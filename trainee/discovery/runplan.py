@@ -9,6 +9,7 @@ rows, so both always agree.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -245,14 +246,24 @@ def check_entrypoint(root: Path | str, project: ProjectFileSpec) -> Verdict:
 
 
 def check_output(root: Path | str, project: ProjectFileSpec, mode: str) -> Verdict:
-    """Would a guarded round write into the read-only project, with nothing redirecting it?"""
+    """Would a guarded round write into the read-only project, with nothing redirecting
+    it? An output option left unredirected fails; files the entrypoint writes at
+    relative paths (``savefig("loss.png")``) warn."""
+    if mode != "guarded":
+        return "pass", "unsafe mode: the job may write anywhere it can", ""
+    view = project_view(root, project)
+    verdict = _check_output_options(project, view)
+    if verdict[0] != "pass" or view is None:
+        return verdict
+    writes = _check_relative_writes(root, project, view.entrypoint)
+    return writes if writes[0] != "pass" else verdict
+
+
+def _check_output_options(project: ProjectFileSpec, view: RunView | None) -> Verdict:
     if project.output.flag:
         return "pass", f"{project.output.flag} receives each round's outputs folder", ""
     if project.output.config_path:
         return "pass", f"output.{project.output.config_path} is set per round", ""
-    if mode != "guarded":
-        return "pass", "unsafe mode: the job may write anywhere it can", ""
-    view = project_view(root, project)
     if view is None:
         return "pass", "no entrypoint of the project is known: output not checked", ""
     ep = view.entrypoint
@@ -288,6 +299,32 @@ def check_output(root: Path | str, project: ProjectFileSpec, mode: str) -> Verdi
             fix,
         )
     return "pass", "no output option writes into the project", ""
+
+
+def _check_relative_writes(root: Path | str, project: ProjectFileSpec, ep: Entrypoint) -> Verdict:
+    """Files the entrypoint writes at paths relative to the working directory: the
+    read-only project in a guarded round, unless the command runs from a round folder."""
+    from trainee.discovery.outputs import relative_writes
+
+    shell = project.advanced.shell_command or ""
+    if re.search(r"\bcd\s+['\"]?\{(?:round_dir|outputs_dir)\}", shell):
+        return "pass", "the command runs from the round's folder", ""
+    try:
+        text = (Path(root) / ep.path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    writes = relative_writes(text[: 1 << 20])
+    if not writes:
+        return "pass", "no output option writes into the project", ""
+    shown = ", ".join(f"line {line} {path!r}" for line, path in writes[:3])
+    script = f"{{project_root}}/{ep.path}" if ep.kind == "script" else " ".join(ep.command[1:])
+    return (
+        "warn",
+        f"{ep.path} writes files relative to the working directory ({shown}): the "
+        "read-only project in a guarded round",
+        "run it from the round's folder: advanced.shell_command: 'cd {round_dir} && exec "
+        f"python {script} {{extra_args}}' (or make the code write under its output folder)",
+    )
 
 
 def check_limits(root: Path | str, project: ProjectFileSpec) -> Verdict:

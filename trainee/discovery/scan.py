@@ -360,7 +360,10 @@ def entrypoint_for_command(
     config module given as a positional word overrides the script's globals
     (``config_file`` names it).
     """
-    words = list(command)
+    top = str(Path(root).resolve())
+    base = os.path.normpath(os.path.join(top, working_dir))
+    # a shell command names the script through trainee's placeholders
+    words = [w.replace("{project_root}", top).replace("{working_dir}", base) for w in command]
     ep = _match_command(root, discovery, words, working_dir)
     if ep is None:
         return None

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.unit.discovery.conftest import write
-from trainee.discovery import discover, init_project
+from trainee.discovery import discover, init_project, prepare_project
 from trainee.discovery.hydra import compose_hydra, hydra_overrides
 from trainee.discovery.init import has_cuda
 from trainee.discovery.readme import parse_command
@@ -392,6 +392,7 @@ def test_shell_command_with_placeholders_is_read(tmp_path: Path) -> None:
     spec = loaded(root)
     assert spec.advanced.shell_command == shell
     assert check_entrypoint(root, spec)[0] == "pass"
+    assert prepare_project(root, replace=True).entrypoint == "charlm.py"  # tunables found
     # run.fixed_args come after the command's own words ({extra_args}): its -1 wins
     status, detail, _ = check_limits(root, spec)
     assert status == "fail" and "--max-steps is -1" in detail
@@ -429,3 +430,46 @@ def test_hydra_library_and_static_composition_agree(tmp_path: Path, use_library:
     cfg = compose_hydra(root, ep, (), use_library=use_library)
     assert cfg is not None and cfg.get("lr") == 1
     assert any("missing_choice" in n for n in cfg.notes)
+
+
+def test_trackers_reporting_and_relative_writes(tmp_path: Path) -> None:
+    """MLflow's ./mlruns goes into the round (launch.env), a Trainer reports to no
+    installed integration, a file written at a relative path makes doctor warn."""
+    root = tmp_path / "m"
+    write(
+        root / "train.py",
+        """
+        import sys
+
+        import matplotlib.pyplot as plt
+        import mlflow
+
+        alpha = float(sys.argv[1]) if len(sys.argv) > 1 else 0.5
+        if __name__ == "__main__":
+            with mlflow.start_run():
+                mlflow.log_metric("rmse", alpha)
+            plt.savefig(f"loss_{alpha}.png")
+        """,
+    )
+    init_project(root.resolve())
+    spec = loaded(root)
+    assert spec.launch.env == {
+        "MLFLOW_TRACKING_URI": "file:{outputs_dir}/mlruns",
+        "MLFLOW_ALLOW_FILE_STORE": "true",
+    }
+    status, detail, fix = check_output(root, spec, "guarded")
+    assert status == "warn" and "line 10 'loss_{}.png'" in detail
+    assert "cd {round_dir} && exec python {project_root}/train.py {extra_args}" in fix
+    pfile = root / ".trainee" / "project.yaml"
+    pfile.write_text(
+        pfile.read_text().replace(
+            "  working_dir: .",
+            "  working_dir: .\n  shell_command: 'cd {round_dir} && exec python "
+            "{project_root}/train.py {extra_args}'",
+        )
+    )
+    assert check_output(root, loaded(root), "guarded")[0] == "pass"
+
+    hf = project("hf_script", tmp_path)
+    init_project(hf)
+    assert ("--report_to", "none") in [(a.flag, a.value) for a in loaded(hf).launch.args]
