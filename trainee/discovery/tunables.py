@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from trainee.discovery.limits import is_tied_key
 from trainee.discovery.scan import (
     Discovery,
     EntryOption,
@@ -363,6 +364,11 @@ def _excluded_name(name: str) -> str | None:
     key = normalize_name(name).rsplit(".", 1)[-1]
     family = _family(key)
     if is_limit_name(key):
+        if is_tied_key(key):
+            return (
+                "a schedule length tied to the training budget (warmup, decay length); "
+                "pinned with it in run.fixed_args, never tuned"
+            )
         return "a training budget (epochs/steps); keep it in run.fixed_args so rounds compare"
     if is_data_option(key):
         return "the data location"

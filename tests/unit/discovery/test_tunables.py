@@ -570,7 +570,7 @@ def test_discover_tunables_without_apply_writes_nothing(tmp_path: Path) -> None:
     ("key", "value", "why"),
     [
         ("something", 0.0, "no known range (default 0.0)"),
-        ("warmup_steps", 0, "a training budget"),  # a schedule length: pinned, never tuned
+        ("warmup_steps", 0, "a schedule length tied to the training budget"),
         ("sample_only", False, "is a mode switch"),
         ("eval_only", False, "is a mode switch"),
         ("init_from", "scratch", "names where training starts"),
