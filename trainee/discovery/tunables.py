@@ -36,7 +36,7 @@ import math
 import re
 import shlex
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -538,6 +538,7 @@ class _Candidate:
     declared: str | None = None  # the option's type, for flags
     option: EntryOption | None = None
     name_hint: str | None = None
+    override_prefix: str = ""  # "++" for a key that a group choice may remove or add
 
 
 @dataclass
@@ -546,6 +547,7 @@ class _Context:
     override_keys: dict[str, str]  # dotted key -> where
     output_key: str | None
     equals_style: bool
+    group_choices: dict[str, str] = field(default_factory=dict)
 
 
 def _context(project: ProjectFileSpec) -> _Context:
@@ -567,6 +569,22 @@ def _context(project: ProjectFileSpec) -> _Context:
         output_key=project.output.config_path,
         equals_style=ArgStyle(project.launch.arg_style) == ArgStyle.EQUALS,
     )
+
+
+def _group_choices(project: ProjectFileSpec) -> dict[str, str]:
+    """``key=value`` words of the command and constant args whose value is a name
+    (``model=mlp``): candidate Hydra group choices."""
+    out: dict[str, str] = {}
+    words = [w for w in project.launch.command if "=" in w and not w.startswith("-")]
+    for arg in (*project.launch.args, *project.run.fixed_args):
+        if not arg.flag.startswith("-") and isinstance(arg.value, str):
+            words.append(f"{arg.flag}={arg.value}")
+    for word in words:
+        key, _, value = word.partition("=")
+        key = key.lstrip("+~")
+        if re.fullmatch(r"[A-Za-z0-9_/.\-]+", key) and re.fullmatch(r"[A-Za-z0-9_\-]+", value):
+            out[key] = value
+    return out
 
 
 def _overlaps(a: str, b: str) -> bool:
@@ -607,7 +625,11 @@ def suggest_tunables_report(
     if baseline is not None:
         candidates += _config_candidates(root_path, baseline, hints, notes)
     elif entrypoint is not None and entrypoint.hydra_config_name:
-        candidates += _hydra_candidates(root_path, entrypoint, hints, notes)
+        groups = _group_choices(project)
+        for group in groups:
+            ctx.override_keys.pop(group, None)  # a group choice pins the group, not its keys
+        ctx.group_choices = groups
+        candidates += _hydra_candidates(root_path, entrypoint, hints, notes, groups)
     if entrypoint is not None:
         candidates += _flag_candidates(entrypoint, ctx)
     suggestions: list[tuple[tuple[int, int], Suggestion]] = []
@@ -834,6 +856,8 @@ def _exclusion(cand: _Candidate, ctx: _Context) -> str | None:
         ):
             return "the config file option (trainee passes the round config itself)"
     else:
+        if key in ctx.group_choices:
+            return f"the command chooses {key}={ctx.group_choices[key]}; constant arguments are not tunable"
         if ctx.output_key and _overlaps(key, ctx.output_key):
             return f"output.config_path '{ctx.output_key}' is set by trainee, not tunable"
         for other, where in ctx.override_keys.items():
@@ -883,6 +907,8 @@ def _build(cand: _Candidate, ctx: _Context) -> Suggestion | str:
             return "not a finite number"
         return _numeric(cand, family, value, where)
     if isinstance(value, str):
+        if "${" in value:
+            return "an interpolation (${...}): it follows another key"
         if cand.choices and value in cand.choices:
             return _suggest(cand, "choice", value, None, f"{where}: choices {cand.choices}")
         if _PATHLIKE.search(value):
@@ -1020,7 +1046,7 @@ def _suggest(
         reason=reason,
         flag=(flag or cand.key) if cand.source == "flag" else None,
         config_path=cand.key if cand.source == "config" else None,
-        override=cand.key if cand.source == "override" else None,
+        override=cand.override_prefix + cand.key if cand.source == "override" else None,
         default=default,
         min_value=lo,
         max_value=hi,
@@ -1212,8 +1238,18 @@ def _choices_for(
 
 
 def _hydra_candidates(
-    root: Path, ep: Entrypoint, hints: dict[str, list[Any]], notes: list[str]
+    root: Path,
+    ep: Entrypoint,
+    hints: dict[str, list[Any]],
+    notes: list[str],
+    chosen: dict[str, str] | None = None,
 ) -> list[_Candidate]:
+    """Overrides of a Hydra app: the primary config's keys, the keys of each group's
+    chosen option (``chosen``: the group choices the command makes, ``model=mlp``, else
+    the defaults list's) and, for a group with several options the command does not
+    pin, the choice itself; then that group's keys are ``++`` overrides (valid
+    whichever option a round picks)."""
+    chosen = chosen or {}
     from trainee.spec.yamlio import YamlDocument
 
     base = (root / ep.path).parent
@@ -1245,6 +1281,9 @@ def _hydra_candidates(
         group_dir = conf_dir / group
         files = sorted(p.stem for p in group_dir.glob("*.yaml")) if group_dir.is_dir() else []
         mount = group.replace("/", ".")
+        pinned = chosen.get(group, chosen.get(mount))
+        option = pinned if pinned is not None else option
+        free = pinned is None and len(files) >= 2 and option in files
         if len(files) >= 2 and option in files:
             out.append(
                 _Candidate(
@@ -1291,6 +1330,7 @@ def _hydra_candidates(
                     description=comment,
                     choices=_choices_for(leaf, value, comment, hints),
                     name_hint=hint,
+                    override_prefix="++" if free and prefix else "",
                 )
             )
             order += 1

@@ -357,12 +357,13 @@ def test_hydra_overrides(make_layout: Callable[[str], Path]) -> None:
     assert got["optimizer"].choices == ["adam", "sgd"]
     assert (got["optimizer"].override, got["optimizer"].default) == ("optimizer", "adam")
     assert got["model"].choices == ["large", "small"]
-    assert got["lr"].override == "optimizer.lr"
+    # the group's option may change per round: its keys are ++ (add or override)
+    assert got["lr"].override == "++optimizer.lr"
     assert "valid while optimizer=adam" in got["lr"].description
-    assert (got["betas_1"].override, got["betas_1"].min_value) == ("optimizer.betas.1", 0.99)
+    assert (got["betas_1"].override, got["betas_1"].min_value) == ("++optimizer.betas.1", 0.99)
     assert got["gradient_clip_val"].override == "trainer.gradient_clip_val"
     assert got["gradient_clip_val"].description == "clip the global grad norm"
-    assert got["hidden_size"].override == "model.hidden_size"
+    assert got["hidden_size"].override == "++model.hidden_size"
     excluded = {e.key: e.reason for e in report.excluded}
     assert {"trainer.max_epochs", "seed", "output_dir"} <= set(excluded)
     # init put the Hydra budget into run.fixed_args as an override
@@ -370,6 +371,26 @@ def test_hydra_overrides(make_layout: Callable[[str], Path]) -> None:
     result = apply_suggestions(root, report.suggestions)
     assert result.skipped == []
     assert load_project(root).tunable("lr") is not None
+
+
+def test_hydra_group_chosen_by_the_command(make_layout: Callable[[str], Path]) -> None:
+    root = make_layout("hydra")
+    write(
+        root / "conf" / "model" / "large.yaml",
+        "hidden_size: 512\nnum_layers: 8\nact: ${oc.env:ACT}\n",
+    )
+    project_yaml(
+        root,
+        "launch:\n  command: [python, train.py]\n  args:\n    - {flag: model, value: large}\n",
+    )
+    report = report_for(root)
+    got = by_name(report.suggestions)
+    excluded = {e.key: e.reason for e in report.excluded}
+    # the chosen option's keys, plain (the option is pinned), never the other option's
+    assert (got["hidden_size"].override, got["hidden_size"].default) == ("model.hidden_size", 512)
+    assert got["num_layers"].default == 8 and "dropout" not in got
+    assert "model" not in got and "the command chooses model=large" in excluded["model"]
+    assert "an interpolation" in excluded["model.act"]
 
 
 def test_limit_and_ranking(exclusion_project: Path) -> None:
