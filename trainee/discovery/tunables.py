@@ -821,7 +821,7 @@ def _as_choices(s: Suggestion, choices: list[int], why: str) -> None:
 
 
 def _entrypoint(root: Path, project: ProjectFileSpec, discovery: Discovery) -> Entrypoint | None:
-    words: list[str] = list(project.launch.command)
+    words: list[str] = list(project.launch.command or ())
     shell = project.advanced.shell_command
     if shell:
         try:

@@ -24,6 +24,13 @@ from typing import Any
 import msgspec
 
 from trainee.spec import ParamType, TunableSpec
+from trainee.spec.constraints import Constraint
+from trainee.spec.values import (
+    constraint_problems,
+    format_value,
+    value_problem,
+    values_equal,
+)
 
 __all__ = [
     "PLAN_KEYS",
@@ -49,9 +56,6 @@ __all__ = [
 
 PLAN_KEYS = ("hypothesis", "change_summary", "params", "expected", "stop", "stop_reason")
 """The fields of a plan, in the order the model is asked to write them."""
-
-REL_TOL = 1e-9
-"""Relative tolerance when comparing float parameter values."""
 
 _MAX_TEXT = 200_000
 """Only this many characters of a response are searched for the plan (the tail is kept)."""
@@ -626,10 +630,13 @@ def validate_plan(
     baseline: dict[str, Any],
     tried: Iterable[dict[str, Any]],
     rejected: Iterable[dict[str, Any]],
+    constraints: Sequence[Constraint] = (),
 ) -> list[Problem]:
     """Every rule the plan breaks (empty list = runnable).
 
     ``tried`` and ``rejected`` hold full effective parameter dicts of earlier rounds.
+    The full point (the baseline overlaid with the plan's params) must keep every one of
+    ``constraints`` (tuning.yaml's; a broken one is the problem ``constraints[i]``).
     """
     problems: list[Problem] = []
     by_name = {t.name: t for t in tunables}
@@ -653,13 +660,17 @@ def validate_plan(
         if spec is None:
             param_problems.append(Problem(f"params.{_clip(name)}", _unknown_reason(name, tunables)))
             continue
-        reason = _value_problem(spec, value)
+        reason = value_problem(spec, value)
         if reason is not None:
             param_problems.append(Problem(f"params.{name}", reason))
     problems.extend(param_problems)
     if not plan.stop and plan.params and not param_problems:
         candidate = effective_params(baseline, plan.params)
-        if any(params_equal(candidate, r) for r in rejected):
+        broken = constraint_problems(constraints, candidate)
+        problems.extend(
+            Problem(field, f"{reason}; choose values that satisfy it") for field, reason in broken
+        )
+        if not broken and any(params_equal(candidate, r) for r in rejected):
             problems.append(
                 Problem(
                     "params",
@@ -667,7 +678,7 @@ def validate_plan(
                     "different change",
                 )
             )
-        elif any(params_equal(candidate, t) for t in tried):
+        elif not broken and any(params_equal(candidate, t) for t in tried):
             problems.append(
                 Problem(
                     "params",
@@ -684,6 +695,7 @@ def validate_plans(
     baseline: dict[str, Any],
     tried: Iterable[dict[str, Any]],
     rejected: Iterable[dict[str, Any]],
+    constraints: Sequence[Constraint] = (),
 ) -> list[list[Problem]]:
     """Every rule each plan of a batch breaks, one list per plan (None: nothing to check).
 
@@ -699,12 +711,19 @@ def validate_plans(
         if plan is None:
             out.append([])
             continue
-        problems = validate_plan(plan, tunables, baseline=baseline, tried=tried, rejected=rejected)
+        problems = validate_plan(
+            plan,
+            tunables,
+            baseline=baseline,
+            tried=tried,
+            rejected=rejected,
+            constraints=constraints,
+        )
         if plan.stop or not plan.params:
             out.append(problems)
             continue
         candidate = effective_params(baseline, plan.params)
-        if not any(p.field == "params" or p.field.startswith("params.") for p in problems):
+        if not any(p.field.startswith(("params", "constraints[")) for p in problems):
             same = next((j for j, e in earlier if params_equal(candidate, e)), None)
             if same is not None:
                 problems.append(
@@ -717,45 +736,6 @@ def validate_plans(
         earlier.append((i, candidate))
         out.append(problems)
     return out
-
-
-def _value_problem(spec: TunableSpec, value: Any) -> str | None:
-    """Why ``value`` is not allowed for ``spec``, or None."""
-    if spec.type == ParamType.BOOL:
-        return None if isinstance(value, bool) else f"must be true or false, got {_show(value)}"
-    if spec.choices:
-        if any(values_equal(value, c, rel_tol=0.0) for c in spec.choices):
-            return None
-        shown = ", ".join(_show(c) for c in spec.choices)
-        reason = f"{_show(value)} is not one of the choices: {shown}"
-        if isinstance(value, str):
-            texts = {str(c).lower(): str(c) for c in spec.choices if isinstance(c, str)}
-            close = difflib.get_close_matches(value.lower(), list(texts), n=1, cutoff=0.6)
-            if close:
-                reason += f" (did you mean {_show(texts[close[0]])}?)"
-        return reason
-    if spec.type == ParamType.CHOICE:
-        return f"{_show(value)} is not one of the choices"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return f"must be a number ({spec.type}), got {_show(value)}"
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"must be a finite number, got {value}"
-    if spec.type == ParamType.INT and isinstance(value, float) and not value.is_integer():
-        return f"must be an integer, got {value!r}"
-    lo, hi = spec.min_value, spec.max_value
-    if lo is not None and value < lo:
-        return f"{value!r} is below the minimum {lo!r} (bounds are inclusive: {_bounds(spec)})"
-    if hi is not None and value > hi:
-        return f"{value!r} is above the maximum {hi!r} (bounds are inclusive: {_bounds(spec)})"
-    if spec.log and value <= 0:
-        return f"{value!r} must be > 0 (log-scale parameter)"
-    return None
-
-
-def _bounds(spec: TunableSpec) -> str:
-    lo = "-inf" if spec.min_value is None else repr(spec.min_value)
-    hi = "inf" if spec.max_value is None else repr(spec.max_value)
-    return f"[{lo}, {hi}]"
 
 
 # -- params ------------------------------------------------------------------------------
@@ -774,17 +754,6 @@ def params_diff(baseline: dict[str, Any], params: dict[str, Any]) -> dict[str, d
         if name not in baseline or not values_equal(before, value):
             out[name] = {"from": before, "to": value}
     return out
-
-
-def values_equal(a: Any, b: Any, *, rel_tol: float = REL_TOL) -> bool:
-    """Equal as parameter values: ``True`` is not ``1``; ``1 == 1.0``; floats within ``rel_tol``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        if isinstance(a, float) or isinstance(b, float):
-            return math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0) or a == b
-        return a == b
-    return bool(type(a) is type(b) and a == b)
 
 
 def params_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -847,24 +816,6 @@ def repair_message(problems: list[Problem], *, plans: int = 1) -> str:
 
 
 # -- display -----------------------------------------------------------------------------
-
-
-def format_value(value: Any) -> str:
-    """A parameter value as the model sees it: JSON spelling (true, null, 0.001)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return msgspec.json.encode(value).decode()
-    try:
-        return msgspec.json.encode(value).decode()
-    except (TypeError, msgspec.EncodeError):
-        return repr(value)
 
 
 def _clip(name: str, limit: int = 80) -> str:

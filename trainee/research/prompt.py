@@ -21,8 +21,15 @@ from typing import Any
 import msgspec
 
 from trainee.research.decision import format_value
-from trainee.research.state import ResearchState, RoundSummary, failure_kind, format_metric
+from trainee.research.state import (
+    RECENT_ROUNDS,
+    ResearchState,
+    RoundSummary,
+    failure_kind,
+    format_metric,
+)
 from trainee.spec import ParamType, TunableSpec
+from trainee.spec.constraints import Constraint
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -70,7 +77,7 @@ class PromptLimits(msgspec.Struct, kw_only=True):
     """Size limits: per section, rounds in the history table, failure log lines, total."""
 
     section_chars: int = 8000
-    history_rounds: int = 30
+    history_rounds: int = RECENT_ROUNDS
     failure_tail_lines: int = 50
     total_chars: int = 60000
 
@@ -127,10 +134,12 @@ def build_messages(
     baseline_params: dict[str, Any],
     limits: PromptLimits | None = None,
     plans: int = 1,
+    constraints: Sequence[Constraint] = (),
 ) -> list[dict[str, Any]]:
     """``[system, user]`` messages for the next decision. Deterministic for equal inputs.
 
-    ``plans`` > 1 asks for that many plans with different hypotheses in one answer.
+    ``plans`` > 1 asks for that many plans with different hypotheses in one answer;
+    ``constraints`` (tuning.yaml's) are listed under the search space.
     """
     lim = limits or PromptLimits()
     n = lim.section_chars
@@ -158,7 +167,7 @@ def build_messages(
         parts.tuning_prompt,
         optional=True,
     )
-    add("search_space", "Search space", _search_space(tunables, baseline_params))
+    add("search_space", "Search space", _search_space(tunables, baseline_params, constraints))
     add("metric", "Primary metric", _metric_line(state))
     add("baseline", "Baseline", _baseline(state))
     add("best", "Best so far", _best(state))
@@ -271,9 +280,28 @@ def _cell(text: str, limit: int = _TEXT_CELL) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def _search_space(tunables: Sequence[TunableSpec], baseline: dict[str, Any]) -> str:
+def _search_space(
+    tunables: Sequence[TunableSpec],
+    baseline: dict[str, Any],
+    constraints: Sequence[Constraint] = (),
+) -> str:
     if not tunables:
         return "No tunable parameters are defined (tuning.yaml is empty): set stop to true."
+    text = _space_table(tunables, baseline)
+    if constraints:
+        lines = [
+            "",
+            "Constraints: the full parameter set of every plan (baseline values included) "
+            "must satisfy all of these; a plan that breaks one is refused.",
+        ]
+        for c in constraints:
+            fixed = ", ".join(f"{n} = {format_value(v)}" for n, v in c.fixed)
+            lines.append(f"- `{c.text}`" + (f" (fixed: {fixed})" if fixed else ""))
+        text += "\n" + "\n".join(lines)
+    return text
+
+
+def _space_table(tunables: Sequence[TunableSpec], baseline: dict[str, Any]) -> str:
     rows = [
         "| name | type | allowed values | log scale | baseline | description |",
         "|---|---|---|---|---|---|",

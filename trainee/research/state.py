@@ -21,6 +21,8 @@ import msgspec
 __all__ = [
     "FALLBACK_METRICS",
     "GOALS",
+    "RECENT_ROUNDS",
+    "RecentRound",
     "ResearchState",
     "RoundSummary",
     "better",
@@ -36,6 +38,10 @@ __all__ = [
 GOALS = ("min", "max")
 FALLBACK_METRICS = ("loss", "total_loss")
 """Metrics used, in this order, when no primary metric is configured."""
+
+RECENT_ROUNDS = 30
+"""``recent_rounds`` of research_state.json, and the decision prompt's table of rounds,
+hold the last this many rounds."""
 
 REL_TOL = 1e-9
 """Two metric values within this relative tolerance count as equal."""
@@ -66,9 +72,21 @@ class RoundSummary(msgspec.Struct, kw_only=True):
     failure_tail: list[str]
 
 
+class RecentRound(msgspec.Struct, kw_only=True):
+    """One of the last rounds at a glance: what changed vs the baseline, what it measured
+    (``metric``: the primary metric, None when the round produced none) and its verdict."""
+
+    round: int
+    status: str
+    diff: dict[str, Any]
+    metric: float | None
+    verdict: str | None
+
+
 class ResearchState(msgspec.Struct, kw_only=True):
     """Everything the next decision needs to know about this session so far.
 
+    ``recent_rounds``: the last :data:`RECENT_ROUNDS` rounds, oldest first;
     ``tried`` entries: ``{"round", "params", "diff", "status", "verdict"}``;
     ``rejected`` entries: ``{"round", "params", "diff", "reason"}``;
     ``hypotheses`` entries: ``{"round", "hypothesis", "expected", "verdict", "prediction"}``
@@ -83,6 +101,7 @@ class ResearchState(msgspec.Struct, kw_only=True):
     tried: list[dict[str, Any]]
     rejected: list[dict[str, Any]]
     hypotheses: list[dict[str, Any]]
+    recent_rounds: list[RecentRound] = msgspec.field(default_factory=list)
 
 
 def new_state(primary_metric: str | None, goal: str) -> ResearchState:
@@ -231,15 +250,26 @@ def _record(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState,
             "prediction": prediction,
         },
     ]
+    rounds = [*state.rounds, judged]
     new = ResearchState(
         primary_metric=primary,
         goal=goal,
         baseline=baseline,
         best=best,
-        rounds=[*state.rounds, judged],
+        rounds=rounds,
         tried=tried,
         rejected=rejected,
         hypotheses=hypotheses,
+        recent_rounds=[
+            RecentRound(
+                round=r.index,
+                status=r.status,
+                diff=dict(r.diff),
+                metric=r.metric,
+                verdict=r.verdict,
+            )
+            for r in rounds[-RECENT_ROUNDS:]
+        ],
     )
     return new, judged
 

@@ -33,6 +33,7 @@ from trainee.session.llm_policy import LlmPolicy
 from trainee.session.optuna_policy import OptimizerView, Suggestion, TpePolicy
 from trainee.session.policy import Proposal, propose_one_by_one
 from trainee.spec import TunableSpec
+from trainee.spec.constraints import Constraint
 
 __all__ = ["DEFAULT_SUGGESTIONS", "HybridPolicy", "classify", "suggestions_section"]
 
@@ -57,9 +58,12 @@ class HybridPolicy(LlmPolicy):
         k: int = DEFAULT_SUGGESTIONS,
         optimizer: TpePolicy | None = None,
         max_tokens: int = 2048,
+        constraints: Sequence[Constraint] = (),
     ) -> None:
-        super().__init__(settings, parts, max_tokens=max_tokens)
-        self.optimizer = optimizer if optimizer is not None else TpePolicy(seed)
+        super().__init__(settings, parts, max_tokens=max_tokens, constraints=constraints)
+        self.optimizer = (
+            optimizer if optimizer is not None else TpePolicy(seed, constraints=constraints)
+        )
         self.k = max(1, k)
         self._advice: tuple[list[Suggestion], OptimizerView] | None = None
 

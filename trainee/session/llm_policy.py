@@ -30,6 +30,7 @@ from trainee.research.prompt import PromptParts, ask_for_plans, build_messages
 from trainee.research.state import ResearchState
 from trainee.session.policy import Proposal
 from trainee.spec import TunableSpec
+from trainee.spec.constraints import Constraint
 
 MAX_BATCH_TOKENS = 8192
 """A k-plan request may use up to k times ``max_tokens`` for its answer, but no more than
@@ -40,17 +41,29 @@ class LlmPolicy:
     name = "llm"
 
     def __init__(
-        self, settings: LlmSettings, parts: PromptParts, *, max_tokens: int = 2048
+        self,
+        settings: LlmSettings,
+        parts: PromptParts,
+        *,
+        max_tokens: int = 2048,
+        constraints: Sequence[Constraint] = (),
     ) -> None:
         self.settings = settings
         self.parts = parts
         self.max_tokens = max_tokens
+        self.constraints = tuple(constraints)
         self.last_messages: list[dict[str, Any]] = []
 
     def messages(
         self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
-        return build_messages(self.parts, state, tunables, baseline_params=dict(baseline))
+        return build_messages(
+            self.parts,
+            state,
+            tunables,
+            baseline_params=dict(baseline),
+            constraints=self.constraints,
+        )
 
     async def propose(
         self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
@@ -80,6 +93,7 @@ class LlmPolicy:
                         baseline=dict(baseline),
                         tried=tried,
                         rejected=rejected,
+                        constraints=self.constraints,
                     ),
                 )
             if parsed.plan is not None and not problems:
@@ -128,7 +142,12 @@ class LlmPolicy:
             parsed = parse_plans(completion.text, tunables, k)
             head.notes.extend(parsed.notes)
             checked = validate_plans(
-                parsed.plans, tunables, baseline=base, tried=tried, rejected=rejected
+                parsed.plans,
+                tunables,
+                baseline=base,
+                tried=tried,
+                rejected=rejected,
+                constraints=self.constraints,
             )
             # each plan's problems: its parse problems, then validation's on other fields
             per_plan = [

@@ -34,10 +34,11 @@ from trainee.errors import (
 from trainee.launch.backends import Backend, JobRef, JobState, RoundJob, make_backend
 from trainee.launch.backends.base import clear_job_files
 from trainee.launch.layout import ProjectLayout, RoundLayout, SessionLayout
-from trainee.launch.render import render_round
+from trainee.launch.render import build_env, render_round
 from trainee.launch.sandbox import check_bwrap, wrap
 from trainee.llm.settings import load_settings
 from trainee.metrics.extract import Extractor
+from trainee.metrics.tb_source import require_tensorboard
 from trainee.monitor.activity import Activity
 from trainee.monitor.process import ExitInfo
 from trainee.monitor.tail import Line, tail_files
@@ -50,6 +51,7 @@ from trainee.research.state import (
     state_to_json,
 )
 from trainee.session.bus import EventBus
+from trainee.session.hints import failure_hint
 from trainee.session.policy import Policy, Proposal, full_params, propose_batch
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec.wire import Event
@@ -65,6 +67,8 @@ FAILURE_TAIL_LINES = 50
 OFFSET_SAVE_INTERVAL = 1.0
 EVENT_FLUSH_INTERVAL = 0.25
 MAX_ATTEMPTS = 3
+BASELINE_TAIL_LINES = 20
+"""Lines of a failed baseline's log shown when the session ends because of it."""
 """A round whose monitor keeps dying is run at most this many times, then marked failed."""
 
 
@@ -122,6 +126,9 @@ class SessionRunner:
         self.policy: Policy | None = None
         self.backend: Backend | None = None
         self._outputs_lock = anyio.Lock()
+        self._failure_tail: list[str] = []
+        self.monitors: dict[int, int] = {}
+        """Round index -> pid of its monitor, for the rounds being launched or watched."""
 
     # -- events ----------------------------------------------------------------
 
@@ -185,6 +192,7 @@ class SessionRunner:
         if self._security_mode() == SecurityMode.GUARDED and self.backend.name == "local":
             # cluster jobs check for bwrap on their node (the round fails there without it)
             await anyio.to_thread.run_sync(check_bwrap)
+        require_tensorboard(spec.metrics.specs)
         rounds = await self.store.list_rounds(self.record.index)
         self.state = self._rebuild_state(spec, rounds)
         policy = await self.policy_factory(
@@ -214,6 +222,12 @@ class SessionRunner:
                 return self.control.stop_reason, None
             if any(s.status == "completed_without_metrics" for s in summaries):
                 return "required_metric_missing", None
+            baselines = {r.index for r in unfinished if r.batch == 0 and not r.diff}
+            failed = await self._failed_baseline(
+                spec, [s for s in summaries if s.index in baselines]
+            )
+            if failed is not None:
+                return "baseline_failed", failed
 
         while True:
             done = await self.store.list_rounds(self.record.index)
@@ -264,6 +278,35 @@ class SessionRunner:
                 )
             if any(s.status == "completed_without_metrics" for s in summaries):
                 return "required_metric_missing", None
+            if step == 0:
+                # nothing to improve on: stop now, with what went wrong and the likely fix
+                failed = await self._failed_baseline(spec, summaries)
+                if failed is not None:
+                    return "baseline_failed", failed
+
+    async def _failed_baseline(
+        self, spec: ProjectSpec, summaries: list[RoundSummary]
+    ) -> str | None:
+        """The session's error when the baseline among ``summaries`` failed or timed out
+        (its status, the likely fix); None when it did not."""
+        s = next((s for s in summaries if s.status in ("failed", "timed_out")), None)
+        if s is None:
+            return None
+        rec = await self.store.get_round(self.record.index, s.index)
+        how = "timed out" if s.status == "timed_out" else "failed"
+        if rec.signal:
+            how += f" ({rec.signal})"
+        elif rec.returncode is not None and s.status == "failed":
+            how += f" (exit code {rec.returncode})"
+        hint = failure_hint(
+            spec,
+            [*rec.warnings, *rec.failure_tail],
+            status=s.status,
+            returncode=rec.returncode,
+            signal=rec.signal,
+        )
+        self._failure_tail = rec.failure_tail[-BASELINE_TAIL_LINES:]
+        return f"the baseline (round {s.index}) {how}, so there is nothing to tune; {hint}"
 
     def _slots(self, spec: ProjectSpec, done: list[RoundRecord]) -> int:
         """How many candidates the next step runs: ``run.parallel``, never past max_rounds
@@ -543,6 +586,8 @@ class SessionRunner:
         rnd.session.artifacts.mkdir(parents=True, exist_ok=True)
         job = self._job(spec, rec, rnd, rendered.argv, rendered.env, rendered.cwd)
         ref = await self.backend.submit(job)
+        if ref.pid is not None:
+            self.monitors[rec.index] = ref.pid
         now = time.time()
         await self.store.update_round(
             self.record.index,
@@ -666,6 +711,25 @@ class SessionRunner:
         *,
         readopted: bool,
     ) -> RoundSummary | None:
+        """Watch the round to its end; its monitor's pid is in ``monitors`` meanwhile
+        (the daemon refuses socket peers that descend from it)."""
+        if ref.pid is not None:
+            self.monitors[rec.index] = ref.pid
+        try:
+            return await self._watch_round_now(spec, rec, rnd, ref, job, readopted=readopted)
+        finally:
+            self.monitors.pop(rec.index, None)
+
+    async def _watch_round_now(
+        self,
+        spec: ProjectSpec,
+        rec: RoundRecord,
+        rnd: RoundLayout,
+        ref: JobRef,
+        job: RoundJob,
+        *,
+        readopted: bool,
+    ) -> RoundSummary | None:
         assert self.backend is not None
         backend = self.backend
         placeholders = rnd.placeholders()
@@ -673,6 +737,11 @@ class SessionRunner:
             spec.metrics.specs,
             placeholders=placeholders,
             project_root=str(self.layout.project_root),
+            # a wandb_summary without path: the newest W&B run of this round, found
+            # below the round's WANDB_DIR or the working folder (its summary is written
+            # while the job runs, so after this time)
+            wandb_dirs=(build_env(spec, rnd, {}, create=False)["WANDB_DIR"], spec.working_dir),
+            since=rec.started_at or time.time(),
         )
         # Re-parse from the start for metrics; show only what was not shown before.
         shown_until = rec.log_offset if readopted else 0
@@ -779,12 +848,24 @@ class SessionRunner:
                     )
                     self.emit("activity", {"round": rec.index, "last_activity_at": last_activity})
 
+        async def poll_metric_files() -> None:
+            """The tensorboard and csv sources, read again every heartbeat interval."""
+            while True:
+                await anyio.sleep(spec.advanced.heartbeat_interval_sec)
+                points = await anyio.to_thread.run_sync(extractor.poll_files)
+                if points:
+                    rows = [(p.name, p.value, p.step, p.seq) for p in points]
+                    await self.store.add_points(self.record.index, rec.index, rows)
+                    self.emit("metric", {"round": rec.index, "points": rows[-500:]})
+
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(run_tail)
                 tg.start_soon(stop_watcher)
                 if mtime_globs or heartbeat_globs:
                     tg.start_soon(watch_signals)
+                if extractor.polled:
+                    tg.start_soon(poll_metric_files)
                 exit_info = await backend.wait(ref, job, on_state=on_state)
                 stop_tail.set()
                 # the tailer drains every file to its end after ``stop``, then returns
@@ -919,7 +1000,12 @@ class SessionRunner:
             "provider_failed": "failed",
             "invalid_decision": "failed",
             "required_metric_missing": "failed",
+            "baseline_failed": "failed",
         }.get(stop_reason, "finished")
+        if status == "finished" and not await self._any_completed():
+            # every round failed (the baseline included): nothing was measured
+            status = "failed"
+            error = error or "no round completed (the baseline included); see the rounds' logs"
         final = {
             "status": status,
             "stop_reason": stop_reason,
@@ -948,9 +1034,17 @@ class SessionRunner:
                     "baseline_metric": state.baseline.metric if state and state.baseline else None,
                     "metric_name": state.primary_metric if state else None,
                     "report": str(self.session_layout.report),
+                    "log_tail": self._failure_tail,
                 },
             )
         return self.record
+
+    async def _any_completed(self) -> bool:
+        try:
+            rounds = await self.store.list_rounds(self.record.index)
+        except TraineeError:
+            return True  # cannot tell: keep the stop reason's own status
+        return any(r.status == "completed" for r in rounds)
 
 
 def _signal_globs(

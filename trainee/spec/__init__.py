@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from trainee.spec.args import render_arg, render_override_value, render_param, render_value
 from trainee.spec.compile import (
     PATH_PLACEHOLDERS,
-    SHELL_PLACEHOLDERS,
     ParamSource,
     ProjectSpec,
     TunableSpec,
@@ -26,6 +25,7 @@ from trainee.spec.files import (
     ArgSpec,
     ArgStyle,
     BackendSpec,
+    ConfigStyle,
     DataSpec,
     DecisionSpec,
     Environment,
@@ -48,17 +48,20 @@ from trainee.spec.files import (
     decode_file,
     struct_to_yaml_data,
 )
+from trainee.spec.placeholders import ARG_PLACEHOLDERS, SHELL_PLACEHOLDERS, expand
 
 if TYPE_CHECKING:
     from trainee.spec.yamlio import YamlDocument, read_config_value
 
 __all__ = [
+    "ARG_PLACEHOLDERS",
     "PATH_PLACEHOLDERS",
     "SHELL_PLACEHOLDERS",
     "AdvancedSpec",
     "ArgSpec",
     "ArgStyle",
     "BackendSpec",
+    "ConfigStyle",
     "DataSpec",
     "DecisionSpec",
     "Environment",
@@ -84,6 +87,7 @@ __all__ = [
     "YamlDocument",
     "check_project",
     "decode_file",
+    "expand",
     "load_project",
     "load_project_file",
     "load_tuning_file",

@@ -17,6 +17,10 @@ from trainee.spec.files import ArgStyle, ParamSpec, ParamType, Value
 __all__ = ["render_arg", "render_override_value", "render_param", "render_value"]
 
 _HYDRA_PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_\-./@+]*$")
+_INTERPOLATION = r"\$\{[^{}'\"]+\}"
+_PLAIN_PART = rf"(?:{_INTERPOLATION}|[A-Za-z0-9_\-./@+:])*"
+_HYDRA_INTERPOLATED = re.compile(rf"^{_PLAIN_PART}{_INTERPOLATION}{_PLAIN_PART}$")
+"""Interpolations (``${oc.env:HOME}/out``) Hydra reads unquoted: passed byte for byte."""
 _HYDRA_KEYWORDS = {"true", "false", "null", "inf", "nan"}
 
 
@@ -77,7 +81,8 @@ def render_value(value: Value, type: ParamType | str | None = None) -> str:
 
 def render_override_value(value: Value, type: ParamType | str | None = None) -> str:
     """A value in Hydra override syntax: ``true``/``false``, numbers as in
-    :func:`render_value`, and strings quoted when Hydra would read them otherwise."""
+    :func:`render_value`, and strings quoted when Hydra would read them otherwise
+    (an interpolation such as ``${oc.env:HOME}/out`` is left as written)."""
     kind = _kind(value, type)
     if kind == "bool":
         return render_value(value, "bool").lower()
@@ -85,6 +90,8 @@ def render_override_value(value: Value, type: ParamType | str | None = None) -> 
         return render_value(value, kind)
     text = render_value(value, "str")
     if _HYDRA_PLAIN.match(text) and text.lower() not in _HYDRA_KEYWORDS:
+        return text
+    if "${" in text and _HYDRA_INTERPOLATED.match(text):
         return text
     return _hydra_quote(text)
 

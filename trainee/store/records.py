@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from trainee.ids import session_id
+
 __all__ = [
     "ROUND_STATUSES",
     "SESSION_STATUSES",
@@ -46,9 +48,8 @@ ROUND_STATUSES = frozenset(
 R = TypeVar("R", bound="Record")
 
 
-def format_session_id(index: int) -> str:
-    """``7`` -> ``session-0007`` (the same rule as ``trainee.launch.layout.session_id``)."""
-    return f"session-{index:04d}"
+format_session_id = session_id
+"""``7`` -> ``session-0007`` (:func:`trainee.ids.session_id`)."""
 
 
 class Record(msgspec.Struct, kw_only=True):

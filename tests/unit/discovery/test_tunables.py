@@ -264,7 +264,6 @@ BOUNDS: list[tuple[str, Any, str, Any, Any, bool]] = [
     ("num_layers", 4, "int", 2, 8, False),
     ("n_head", 1, "int", 1, 2, False),
     ("warmup_ratio", 0.1, "float", 0.0, 0.5, False),
-    ("warmup_steps", 100, "int", 0, 400, False),
     ("grad_clip", 1.0, "float", 0.1, 10.0, True),
     ("max_grad_norm", 0.0, "float", 0.0, 10.0, False),
     ("eps", 1e-8, "float", 1e-9, 1e-7, True),
