@@ -575,7 +575,7 @@ def _group_choices(project: ProjectFileSpec) -> dict[str, str]:
     """``key=value`` words of the command and constant args whose value is a name
     (``model=mlp``): candidate Hydra group choices."""
     out: dict[str, str] = {}
-    words = [w for w in project.launch.command if "=" in w and not w.startswith("-")]
+    words = [w for w in project.launch.command or () if "=" in w and not w.startswith("-")]
     for arg in (*project.launch.args, *project.run.fixed_args):
         if not arg.flag.startswith("-") and isinstance(arg.value, str):
             words.append(f"{arg.flag}={arg.value}")
@@ -687,7 +687,7 @@ def suggest_tunables_report(
 # -- constraints -----------------------------------------------------------------------------
 
 _EXPR_TOKEN = re.compile(r"'[^']*'|[A-Za-z_][A-Za-z0-9_]*")
-_EXPR_WORDS = _words("and or not true false")
+_EXPR_WORDS = _words("and or not True False in")
 
 
 def _leaf_of(s: Suggestion) -> str:
@@ -737,11 +737,28 @@ def _constraints(
             if not tunable:
                 continue
             expr = _substitute(proposal.expr, mapping)
+            if not _holds_for_defaults(expr, tunable):
+                continue
             if proposal.divisible is not None:
                 _tie(proposal.divisible, by_leaf, values, f"'{expr}' ({proposal.reason})")
             if all(c.expr != expr for c in out):
                 out.append(ConstraintSuggestion(expr=expr, reason=proposal.reason))
     return out
+
+
+def _holds_for_defaults(expr: str, tunable: list[Suggestion]) -> bool:
+    """The constraint parses in tuning.yaml's language and the baseline keeps it (the
+    loader refuses it otherwise)."""
+    from trainee.spec.constraints import parse_constraint
+
+    try:
+        constraint = parse_constraint(expr)
+    except ConfigError:
+        return False
+    values = {s.name: s.default for s in tunable}
+    if not set(constraint.names) <= set(values) or any(v is None for v in values.values()):
+        return False
+    return constraint.holds(values)
 
 
 def _substitute(expr: str, mapping: dict[str, str]) -> str:
@@ -756,7 +773,7 @@ def _substitute(expr: str, mapping: dict[str, str]) -> str:
 
 def _literal_text(value: Any) -> str:
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return "True" if value else "False"
     if isinstance(value, int | float):
         return repr(value)
     return "'" + str(value).replace("'", "") + "'"

@@ -343,7 +343,7 @@ def test_configurator_bools_use_equals_style(make_layout: Callable[[str], Path])
     assert got["learning_rate"].flag == "--learning_rate"
     assert got["learning_rate"].description == "max learning rate"
     excluded = {e.key: e.reason for e in report.excluded}
-    assert "runtime numerics" in excluded["--compile"]
+    assert "launch.args" in excluded["--compile"]  # init sets compile=False on a CPU machine
     assert "run.fixed_args" in excluded["--max_iters"]
 
 
@@ -561,7 +561,8 @@ def test_discover_tunables_without_apply_writes_nothing(tmp_path: Path) -> None:
     ("key", "value", "why"),
     [
         ("something", 0.0, "no known range (default 0.0)"),
-        ("warmup_steps", 0, "no known range (default 0)"),
+        ("warmup_steps", 0, "a training budget"),  # a schedule length tied to the budget
+        ("margin", 0, "no known range (default 0)"),
         ("sample_only", False, "is a mode switch"),
         ("eval_only", False, "is a mode switch"),
         ("init_from", "scratch", "names where training starts"),
