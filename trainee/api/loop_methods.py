@@ -239,7 +239,7 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
     policy = params.policy or str(getattr(getattr(spec, "decision", None), "policy", "llm"))
     provider_test = None
     if needs_provider(policy):
-        from trainee.llm.client import live_test
+        from trainee.llm.client import live_test_all
         from trainee.llm.settings import load_settings
 
         settings = load_settings(env)
@@ -251,7 +251,9 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
                     "or choose an offline policy: --policy tpe|random"
                 },
             )
-        provider_test = await live_test(settings)
+        # every configured provider is tried (a structured request, as decisions make):
+        # a dead primary with a healthy backup still runs, on the backup
+        provider_test = await live_test_all(settings)
         if not provider_test.get("ok"):
             raise ProviderError(
                 f"the LLM provider failed its live test: {provider_test.get('error')}",

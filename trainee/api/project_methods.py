@@ -75,13 +75,13 @@ async def _provider_test(
         return {**base, "skipped": True, "reason": "--skip-provider-test"}
     if not needed:
         return {**base, "skipped": True, "reason": f"policy {policy} needs no provider"}
-    from trainee.llm.client import live_test
+    from trainee.llm.client import live_test_all
     from trainee.llm.settings import load_settings
 
     settings = load_settings(env or dict(os.environ))
     if settings.provider == "none":
         return {**base, "ok": False, "provider": "none", "error": "no LLM provider is configured"}
-    return {**base, **await live_test(settings)}
+    return {**base, **await live_test_all(settings)}
 
 
 class InitOutput(msgspec.Struct, kw_only=True):

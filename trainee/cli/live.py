@@ -260,18 +260,33 @@ class LiveView:
             "bold",
         )
 
+    def on_decision_started(self, d: dict[str, Any]) -> None:
+        self.deciding_since = time.monotonic()
+        self.say(f"\n… deciding round {d.get('round')} ({d.get('policy')})", "dim")
+
     def on_decision(self, d: dict[str, Any]) -> None:
         who = str(d.get("policy", ""))
         if d.get("provider"):
             who += f" via {d['provider']} {d.get('model', '')}".rstrip()
+        if d.get("response_format"):
+            who += f", {d['response_format']}"
         step = ""
         if int(d.get("batch_size") or 1) > 1:
             step = f"step {d.get('batch')}: "
+        took = ""
+        since = getattr(self, "deciding_since", None)
+        if since is not None:
+            took = f" in {time.monotonic() - since:.0f} s"
         self.say(
-            f"\n── {step}decision for round {d.get('round')} ({who})"
+            f"\n── {step}decision for round {d.get('round')} ({who}){took}"
             + (" [repaired]" if d.get("repaired") else ""),
             "cyan",
         )
+        for failed in d.get("failed_attempts") or []:
+            self.say(
+                f"   {failed.get('provider')} failed ({failed.get('kind')}): {failed.get('error')}",
+                "yellow",
+            )
         if d.get("stop"):
             self.say(f"   stop: {d.get('stop_reason') or MISSING}", "cyan")
             return
@@ -377,6 +392,9 @@ class LiveView:
     def on_session_finished(self, d: dict[str, Any]) -> None:
         self.finished = d
 
+    def policy_name(self, d: dict[str, Any]) -> str:
+        return f"{d['policy']} policy" if d.get("policy") else "policy"
+
     # -- the end ---------------------------------------------------------------------
 
     def summary(self, state: dict[str, Any] | None) -> None:
@@ -412,6 +430,8 @@ class LiveView:
                 self.say(f"  {line}", "dim")
         if d.get("error"):
             self.say(f"error: {d['error']}", "red")
+        if d.get("stop_detail"):
+            self.say(f"stopped by the {self.policy_name(d)}: {d['stop_detail']}", "cyan")
         best, base = d.get("best_metric"), d.get("baseline_metric")
         if best is not None and base is not None:
             change = (best - base) / abs(base) * 100 if base else 0.0

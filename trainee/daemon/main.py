@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

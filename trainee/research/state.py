@@ -22,6 +22,7 @@ __all__ = [
     "FALLBACK_METRICS",
     "GOALS",
     "RECENT_ROUNDS",
+    "DecisionBudget",
     "RecentRound",
     "ResearchState",
     "RoundSummary",
@@ -83,6 +84,36 @@ class RecentRound(msgspec.Struct, kw_only=True):
     verdict: str | None
 
 
+class DecisionBudget(msgspec.Struct, kw_only=True):
+    """Where the session stands when the next decision is asked: shown to the model
+    ("round 3 of at most 6"), and the rule for stops. ``finished`` counts the rounds that
+    used up the budget (the baseline included; a round the user stopped does not);
+    an LLM stop is honoured once ``finished >= min_rounds``."""
+
+    round: int
+    max_rounds: int
+    finished: int
+    min_rounds: int
+    seconds_left: float | None = None
+    tokens_left: int | None = None
+    usd_left: float | None = None
+
+    @property
+    def stop_allowed(self) -> bool:
+        return self.finished >= self.min_rounds
+
+    def stop_refused(self) -> str | None:
+        """Why a stop is not honoured now, or None when it is."""
+        if self.stop_allowed:
+            return None
+        return (
+            f"stopping is allowed once {self.min_rounds} rounds have run "
+            f"(decision.min_rounds); {self.finished} have, and up to "
+            f"{self.max_rounds - self.finished} more may run: set stop to false and "
+            "propose a change"
+        )
+
+
 class ResearchState(msgspec.Struct, kw_only=True):
     """Everything the next decision needs to know about this session so far.
 
@@ -102,6 +133,8 @@ class ResearchState(msgspec.Struct, kw_only=True):
     rejected: list[dict[str, Any]]
     hypotheses: list[dict[str, Any]]
     recent_rounds: list[RecentRound] = msgspec.field(default_factory=list)
+    budget: DecisionBudget | None = None
+    """Set by the session before each decision; None outside a session."""
 
 
 def new_state(primary_metric: str | None, goal: str) -> ResearchState:

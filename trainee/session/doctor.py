@@ -15,8 +15,9 @@ import msgspec
 from trainee.discovery import runplan
 from trainee.discovery.metrics import training_metric_advice
 from trainee.errors import ConfigError, InvalidParams, ProviderError, SandboxError, TraineeError
+from trainee.ids import parse_session
 from trainee.launch.backends import make_backend
-from trainee.launch.layout import ProjectLayout, parse_session_id
+from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import command_prefix
 from trainee.launch.sandbox import check_bwrap
 from trainee.metrics.extract import Extractor
@@ -266,7 +267,7 @@ def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
         )
     last = logs[-1]
     shown = f"{last.parent.name}/{last.name}"
-    rnd = layout.session(parse_session_id(last.parent.name)).round(int(last.stem.split("-")[-1]))
+    rnd = layout.session(parse_session(last.parent.name)).round(int(last.stem.split("-")[-1]))
     extractor = Extractor(
         spec.metrics.specs,
         placeholders=rnd.placeholders(),
@@ -348,12 +349,12 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
         )
     if not needs_provider(policy):
         return _check("provider", "pass", f"policy {policy} needs no provider")
-    from trainee.llm.client import live_test
+    from trainee.llm.client import live_test_all
     from trainee.llm.settings import load_settings
 
     try:
         settings = load_settings(env)
-        result = await live_test(settings)
+        result = await live_test_all(settings)
     except (ProviderError, ConfigError) as exc:
         return _check(
             "provider",
@@ -365,7 +366,15 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
         return _check(
             "provider", "fail", str(result.get("error")), "check the provider settings and key"
         )
-    return _check("provider", "pass", f"{result.get('provider')} {result.get('model')} answered")
+    detail = (
+        f"{result.get('provider')} {result.get('model')} answered a structured request "
+        f"({result.get('response_format')})"
+    )
+    if result.get("refused_formats"):
+        detail += f"; refused: {', '.join(map(str, result['refused_formats']))}"
+    if result.get("note"):
+        return _check("provider", "warn", f"{detail}; {result['note']}", "fix the active provider")
+    return _check("provider", "pass", detail)
 
 
 async def check_backend(spec: ProjectSpec, env: Mapping[str, str]) -> Check:
