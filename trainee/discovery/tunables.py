@@ -571,22 +571,6 @@ def _context(project: ProjectFileSpec) -> _Context:
     )
 
 
-def _group_choices(project: ProjectFileSpec) -> dict[str, str]:
-    """``key=value`` words of the command and constant args whose value is a name
-    (``model=mlp``): candidate Hydra group choices."""
-    out: dict[str, str] = {}
-    words = [w for w in project.launch.command or () if "=" in w and not w.startswith("-")]
-    for arg in (*project.launch.args, *project.run.fixed_args):
-        if not arg.flag.startswith("-") and isinstance(arg.value, str):
-            words.append(f"{arg.flag}={arg.value}")
-    for word in words:
-        key, _, value = word.partition("=")
-        key = key.lstrip("+~")
-        if re.fullmatch(r"[A-Za-z0-9_/.\-]+", key) and re.fullmatch(r"[A-Za-z0-9_\-]+", value):
-            out[key] = value
-    return out
-
-
 def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
@@ -624,12 +608,10 @@ def suggest_tunables_report(
     hints = entrypoint.choice_hints if entrypoint else {}
     if baseline is not None:
         candidates += _config_candidates(root_path, baseline, hints, notes)
-    elif entrypoint is not None and entrypoint.hydra_config_name:
-        groups = _group_choices(project)
-        for group in groups:
-            ctx.override_keys.pop(group, None)  # a group choice pins the group, not its keys
-        ctx.group_choices = groups
-        candidates += _hydra_candidates(root_path, entrypoint, hints, notes, groups)
+    elif entrypoint is not None and (
+        entrypoint.hydra_config_name is not None or entrypoint.hydra_config_path is not None
+    ):
+        candidates += _hydra_candidates(root_path, entrypoint, hints, notes, project, ctx)
     if entrypoint is not None:
         candidates += _flag_candidates(entrypoint, ctx)
     suggestions: list[tuple[tuple[int, int], Suggestion]] = []
@@ -1259,106 +1241,65 @@ def _hydra_candidates(
     ep: Entrypoint,
     hints: dict[str, list[Any]],
     notes: list[str],
-    chosen: dict[str, str] | None = None,
+    project: ProjectFileSpec,
+    ctx: _Context,
 ) -> list[_Candidate]:
-    """Overrides of a Hydra app: the primary config's keys, the keys of each group's
-    chosen option (``chosen``: the group choices the command makes, ``model=mlp``, else
-    the defaults list's) and, for a group with several options the command does not
-    pin, the choice itself; then that group's keys are ``++`` overrides (valid
-    whichever option a round picks)."""
-    chosen = chosen or {}
-    from trainee.spec.yamlio import YamlDocument
+    """Overrides of a Hydra app, from the config a round composes
+    (:func:`trainee.discovery.hydra.compose_hydra` with the command's and constant
+    args' overrides): each group with several options the command does not choose, and
+    every leaf key. A group the command chooses (``model=mlp``) pins that option: its
+    keys are offered, the choice is not. Keys of a group whose option a round may
+    change are ``++`` overrides (the other option may lack them)."""
+    from trainee.discovery.hydra import compose_hydra, hydra_overrides
 
-    base = (root / ep.path).parent
-    conf_dir = (base / (ep.hydra_config_path or ".")).resolve()
-    name = ep.hydra_config_name or "config"
-    if not name.endswith((".yaml", ".yml")):
-        name += ".yaml"
-    primary = conf_dir / name
-    if not conf_dir.is_relative_to(root) or not primary.is_file():
-        notes.append(f"Hydra primary config {primary} not found; no override suggestions")
+    overrides = hydra_overrides(project, ep)
+    cfg = compose_hydra(root, ep, overrides)
+    if cfg is None:
+        notes.append("the Hydra primary config was not found; no override suggestions")
         return []
-    try:
-        doc = YamlDocument.load(primary)
-        data, _ = doc.to_plain()
-    except ConfigError as exc:
-        notes.append(f"Hydra primary config could not be read: {exc}")
-        return []
-    rel_primary = primary.relative_to(root).as_posix()
+    notes += cfg.notes
+    pinned: dict[str, str] = {}
+    for text in overrides:
+        key, _, value = text.partition("=")
+        key = key.lstrip("+~")
+        if key in cfg.groups:
+            pinned[key.replace("/", ".")] = value
+            ctx.override_keys.pop(key, None)  # a group choice pins the group, not its keys
+    ctx.group_choices = pinned
     out: list[_Candidate] = []
-    order = 0
-    defaults = data.get("defaults") if isinstance(data, dict) else None
-    for item in defaults if isinstance(defaults, list) else []:
-        if not isinstance(item, dict) or len(item) != 1:
-            continue
-        ((group_raw, option),) = item.items()
-        group = str(group_raw).removeprefix("override ").strip().lstrip("/")
-        if not isinstance(option, str) or not re.fullmatch(r"[A-Za-z0-9_/\-]+", group):
-            continue
-        group_dir = conf_dir / group
-        files = sorted(p.stem for p in group_dir.glob("*.yaml")) if group_dir.is_dir() else []
+    free: set[str] = set()
+    for group, option in cfg.groups.items():
+        options = cfg.group_options.get(group, [])
         mount = group.replace("/", ".")
-        pinned = chosen.get(group, chosen.get(mount))
-        option = pinned if pinned is not None else option
-        free = pinned is None and len(files) >= 2 and option in files
-        if len(files) >= 2 and option in files:
-            out.append(
-                _Candidate(
-                    key=mount,
-                    source="override",
-                    leaf=group.rsplit("/", 1)[-1],
-                    value=option,
-                    has_value=True,
-                    order=order,
-                    origin=f"Hydra config group {group} ({rel_primary} defaults)",
-                    description=f"Hydra config group {group}: one of {', '.join(files)}",
-                    choices=files,
-                )
+        if option is None or option not in options or len(options) < 2:
+            continue
+        if mount not in pinned:
+            free.add(group)
+        out.append(
+            _Candidate(
+                key=mount,
+                source="override",
+                leaf=group.rsplit("/", 1)[-1],
+                value=option,
+                has_value=True,
+                order=len(out),
+                origin=f"Hydra config group {group} ({cfg.primary} defaults)",
+                description=f"Hydra config group {group}: one of {', '.join(options)}",
+                choices=options,
             )
-            order += 1
-        group_file = group_dir / f"{option}.yaml"
-        if not group_file.is_file():
-            continue
-        try:
-            gdoc = YamlDocument.load(group_file)
-            gdata, glines = gdoc.to_plain()
-        except ConfigError as exc:
-            notes.append(f"Hydra group config {group_file} could not be read: {exc}")
-            continue
-        package = _package(group_file)
-        prefix = mount if package is None else package
-        gtext = _text_lines(group_file)
-        grel = group_file.relative_to(root).as_posix()
-        for keypath, value in _leaves(gdata, ()):
-            key = ".".join([*([prefix] if prefix else []), *(str(p) for p in keypath)])
-            leaf, hint = _leaf_name(keypath)
-            comment = _comment(gtext, glines.get(keypath))
-            if prefix:
-                comment = f"{comment} (from {grel}; valid while {mount}={option})".strip()
-            out.append(
-                _Candidate(
-                    key=key,
-                    source="override",
-                    leaf=leaf,
-                    value=value,
-                    has_value=True,
-                    order=order,
-                    origin=f"Hydra {grel} {key}",
-                    description=comment,
-                    choices=_choices_for(leaf, value, comment, hints),
-                    name_hint=hint,
-                    override_prefix="++" if free and prefix else "",
-                )
-            )
-            order += 1
-    ptext = _text_lines(primary)
-    _, plines = doc.to_plain()
-    for keypath, value in _leaves(data, ()):
-        if keypath and keypath[0] == "hydra":
-            continue
+        )
+    comments = _SourceComments(root)
+    for keypath, value in _leaves(cfg.data, ()):
         key = ".".join(str(p) for p in keypath)
+        if keypath[0] == "hydra":
+            continue
+        source = cfg.sources.get(key) or cfg.sources.get(key.rsplit(".", 1)[0]) or cfg.primary
+        owner = _group_of(source, cfg.config_dir, cfg.groups)
         leaf, hint = _leaf_name(keypath)
-        comment = _comment(ptext, plines.get(keypath))
+        comment = comments.get(source, keypath)
+        if owner is not None:
+            mount = owner.replace("/", ".")
+            comment = f"{comment} (from {source}; valid while {mount}={cfg.groups[owner]})"
         out.append(
             _Candidate(
                 key=key,
@@ -1366,25 +1307,49 @@ def _hydra_candidates(
                 leaf=leaf,
                 value=value,
                 has_value=True,
-                order=order,
-                origin=f"Hydra {rel_primary} {key}",
-                description=comment,
+                order=len(out),
+                origin=f"Hydra {source} {key}",
+                description=comment.strip(),
                 choices=_choices_for(leaf, value, comment, hints),
                 name_hint=hint,
+                override_prefix="++" if owner in free else "",
             )
         )
-        order += 1
     return out
 
 
-def _package(path: Path) -> str | None:
-    """The ``# @package`` directive of a Hydra config ('' for _global_), else None."""
-    for line in _text_lines(path)[:5]:
-        match = re.match(r"^#\s*@package\s+(\S+)", line)
-        if match:
-            value = match.group(1)
-            return "" if value == "_global_" else value
-    return None
+def _group_of(source: str, config_dir: str, groups: dict[str, str | None]) -> str | None:
+    """The config group whose option file ``source`` is (``conf/model/small.yaml`` ->
+    ``model``), None for the primary config and plain defaults."""
+    prefix = "" if config_dir in ("", ".") else config_dir.rstrip("/") + "/"
+    if not source.startswith(prefix):
+        return None
+    folder = source[len(prefix) :].rsplit("/", 1)[0] if "/" in source[len(prefix) :] else ""
+    return folder if folder in groups else None
+
+
+class _SourceComments:
+    """End-of-line (or line-above) comments of the keys of the files a config came from."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files: dict[str, tuple[list[str], dict[Any, int]]] = {}
+
+    def get(self, source: str, keypath: tuple[str | int, ...]) -> str:
+        if source not in self.files:
+            from trainee.spec.yamlio import YamlDocument
+
+            try:
+                _, lines = YamlDocument.load(self.root / source).to_plain()
+            except ConfigError:
+                lines = {}
+            self.files[source] = (_text_lines(self.root / source), lines)
+        text, lines = self.files[source]
+        for i in range(len(keypath)):  # the file's own keys lack the package prefix
+            line = lines.get(tuple(keypath[i:]))
+            if line is not None:
+                return _comment(text, line)
+        return ""
 
 
 # -- applying -------------------------------------------------------------------------------
