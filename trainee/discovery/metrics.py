@@ -1063,6 +1063,95 @@ def _calls_method(modules: list[SourceModule], method: str) -> bool:
     )
 
 
+_TIMM_SUMMARY = ("eval_top1", "eval_loss", "eval_top5")
+"""The columns timm's ``update_summary`` writes for its evaluation (``eval_`` + the
+validate() metrics), besides ``epoch``, ``train_loss`` and ``lr``."""
+
+
+def _csv_columns(modules: list[SourceModule]) -> list[MetricProposal]:
+    """Columns of CSV summaries the code writes, read with the ``csv`` source: a
+    ``csv.DictWriter`` with literal field names (or the keys of a dict literal), a
+    literal header row, timm's ``update_summary``. The file is looked for below the
+    round's outputs folder (``{outputs_dir}/**/<name>.csv``)."""
+    out: list[MetricProposal] = []
+    for module in modules:
+        for _, body in _scopes(module.tree):
+            names = _assigned_strings(body)
+            files = [
+                n.value.rsplit("/", 1)[-1]
+                for n in _walk_scope(body)
+                if isinstance(n, ast.Constant)
+                and isinstance(n.value, str)
+                and n.value.endswith(".csv")
+            ]
+            for node in _walk_scope(body):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = _call_name(node).rsplit(".", 1)[-1]
+                columns: list[str] = []
+                what = ""
+                if name == "update_summary":
+                    columns, what = list(_TIMM_SUMMARY), "timm's update_summary"
+                    files = files or ["summary.csv"]
+                elif name == "DictWriter":
+                    fields = next((k.value for k in node.keywords if k.arg == "fieldnames"), None)
+                    if fields is None and len(node.args) > 1:
+                        fields = node.args[1]
+                    columns, what = _field_names(fields, names), "csv.DictWriter"
+                elif (
+                    name == "writerow"
+                    and node.args
+                    and isinstance(node.args[0], ast.List | ast.Tuple)
+                ):
+                    texts = [_const_str(e) for e in node.args[0].elts]
+                    if texts and all(texts):
+                        columns, what = [t for t in texts if t], "a csv header row"
+                if not columns or not files:
+                    continue
+                for column in columns:
+                    goal = metric_goal(column)
+                    split = metric_split(column)
+                    if goal is None or split == "train" or not re.fullmatch(r"[\w./\-]+", column):
+                        continue
+                    out.append(
+                        MetricProposal(
+                            name=_name(column),
+                            source=MetricSource.CSV.value,
+                            key_or_pattern=column,
+                            goal=goal,
+                            split=split,
+                            reason=f"{module.rel}:{node.lineno} writes column {column!r} of "
+                            f"{files[0]} ({what})",
+                            where=f"{module.rel}:{node.lineno}",
+                            path="{outputs_dir}/**/" + files[0],
+                        )
+                    )
+    return out
+
+
+def _field_names(node: ast.AST | None, names: dict[str, list[ast.AST]]) -> list[str]:
+    """Literal field names: a list, or the keys of a dict literal (``row.keys()``)."""
+    if node is None:
+        return []
+    if isinstance(node, ast.List | ast.Tuple):
+        texts = [_const_str(e) for e in node.elts]
+        return [t for t in texts if t] if all(texts) else []
+    target = node
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "keys"
+    ):
+        target = node.func.value
+    elif isinstance(node, ast.Call) and _call_name(node) == "list" and node.args:
+        target = node.args[0]
+    for d in _dicts(target, names):
+        keys = [_const_str(k) if k is not None else None for k in d.keys]
+        if keys and all(keys):
+            return [k for k in keys if k]
+    return []
+
+
 def _keras(modules: list[SourceModule], imported: set[str]) -> list[_Known]:
     """Keras ``model.fit(..., validation_data=...)`` prints ``val_loss: 0.69`` and
     ``val_<metric>: ...`` for each compiled metric."""
@@ -1147,6 +1236,7 @@ def propose_metrics(
                     selection=cand.selection,
                 )
             )
+    found += _csv_columns(modules)
     imported = _imports(modules)
     known: list[_Known] = []
     if "transformers" in imported or "trl" in imported:
