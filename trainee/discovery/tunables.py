@@ -65,6 +65,7 @@ from trainee.spec import (
     load_tuning_file,
     save_project_files,
 )
+from trainee.spec.wire import TUNABLES_LIMIT
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -81,7 +82,7 @@ __all__ = [
     "suggest_tunables_report",
 ]
 
-DEFAULT_LIMIT = 32
+DEFAULT_LIMIT = TUNABLES_LIMIT
 _MAX_CANDIDATES = 2_000
 _NAME_OK = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _PATHLIKE = re.compile(r"(^[.~]?/|/|\\|\.(?:ya?ml|json|toml|txt|csv|pt|pth|ckpt|npz|bin|h5)$)")
@@ -616,8 +617,9 @@ def suggest_tunables_report(
         candidates += _flag_candidates(entrypoint, ctx)
     suggestions: list[tuple[tuple[int, int], Suggestion]] = []
     config_leaves = {normalize_name(c.leaf) for c in candidates if c.source != "flag"}
+    off = _off_switches(candidates)
     for cand in candidates[:_MAX_CANDIDATES]:
-        why = _exclusion(cand, ctx)
+        why = _exclusion(cand, ctx) or _behind_off_switch(cand, off)
         if why is None and cand.source == "flag" and normalize_name(cand.leaf) in config_leaves:
             why = f"the config also has '{cand.leaf}'; the config-backed param is suggested"
         if why is not None:
@@ -817,6 +819,36 @@ def _as_choices(s: Suggestion, choices: list[int], why: str) -> None:
     s.min_value = s.max_value = None
     s.log = False
     s.reason += f"; choices that satisfy {why}"
+
+
+def _scope(cand: _Candidate) -> tuple[str, str]:
+    """(the parent key or source, the normalized leaf) of a candidate."""
+    if cand.source == "flag":
+        return "", normalize_name(cand.leaf)
+    parent = cand.key.rsplit(".", 1)[0] if "." in cand.key else ""
+    return parent, normalize_name(cand.leaf)
+
+
+def _off_switches(candidates: list[_Candidate]) -> dict[tuple[str, str], str]:
+    """Boolean options that are off by default (``--model-ema``, ``model_ema: false``)."""
+    out: dict[tuple[str, str], str] = {}
+    for cand in candidates:
+        option = cand.option
+        is_off = cand.value is False and (option is None or option.type == "bool")
+        if is_off and (option is None or option.action in ("store_true", "toggle", None)):
+            out[_scope(cand)] = cand.key
+    return out
+
+
+def _behind_off_switch(cand: _Candidate, off: dict[tuple[str, str], str]) -> str | None:
+    """``model_ema_decay`` while ``--model-ema`` is off: it changes nothing."""
+    parent, leaf = _scope(cand)
+    parts = leaf.split("_")
+    for n in range(len(parts) - 1, 0, -1):
+        switch = off.get((parent, "_".join(parts[:n])))
+        if switch is not None and switch != cand.key:
+            return f"used only when {switch} is on, and it is off by default"
+    return None
 
 
 def _entrypoint(root: Path, project: ProjectFileSpec, discovery: Discovery) -> Entrypoint | None:

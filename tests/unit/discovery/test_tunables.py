@@ -606,3 +606,24 @@ def test_mode_valued_choices_are_left_out(tmp_path: Path) -> None:
     assert [(e.key, e.reason) for e in report.excluded] == [
         ("--stage", "'stage' is a mode switch (values eval, predict, train)")
     ]
+
+
+def test_options_of_a_feature_that_is_off_are_left_out(tmp_path: Path) -> None:
+    write(
+        tmp_path / "train.py",
+        """
+        import argparse
+        p = argparse.ArgumentParser()
+        p.add_argument("--model-ema", action="store_true", help="keep an EMA of the weights")
+        p.add_argument("--model-ema-decay", type=float, default=0.9998)
+        p.add_argument("--lr", type=float, default=0.1)
+        p.parse_args()
+        """,
+    )
+    project_yaml(tmp_path, "launch:\n  command: [python, train.py]\n")
+    report = report_for(tmp_path)
+    assert [s.name for s in report.suggestions] == ["lr", "model_ema"]
+    excluded = {e.key: e.reason for e in report.excluded}
+    assert excluded == {
+        "--model-ema-decay": "used only when --model-ema is on, and it is off by default"
+    }
