@@ -1284,6 +1284,11 @@ def _rank(found: list[MetricProposal]) -> list[MetricProposal]:
         elif p.selection and not unique[p.name].selection:
             unique[p.name].selection = True
     order = list(unique.values())
+    for p in order:
+        # Keras-style ``accuracy`` beside ``val_accuracy``: the bare one is the training one
+        twins = (f"{q}_{p.name}" for q in ("val", "valid", "validation", "eval", "dev", "test"))
+        if p.split == "other" and any(t in unique for t in twins):
+            p.split = "train"
 
     def key(item: tuple[int, MetricProposal]) -> tuple[int, int, int, int]:
         i, p = item
