@@ -963,10 +963,10 @@ def _lightning(modules: list[SourceModule]) -> tuple[list[_Known], list[str]]:
                     in_table = ("test" in tables and split == "test") or (
                         "validate" in tables and split == "validation"
                     )
-                    if flags.get("prog_bar") is not True and not in_table:
-                        hidden.append(key)
-                        continue
                     both = flags.get("on_step") is True and flags.get("on_epoch") is not False
+                    if flags.get("prog_bar") is not True and not in_table:
+                        hidden.append(f"{key}_epoch" if both else key)  # the logger's tag
+                        continue
                     suffix = "(?:_epoch)?" if both else ""
                     where = (
                         "the progress bar" if flags.get("prog_bar") is True else "the final table"
@@ -990,7 +990,7 @@ def _lightning(modules: list[SourceModule]) -> tuple[list[_Known], list[str]]:
 
 
 _LIGHTNING_SCAN = 400
-"""Files looked at for a LightningModule the entrypoint does not import (a Hydra app
+"""Files looked at for a LightningModule when the entrypoint imports none (a Hydra app
 names it by ``_target_`` only)."""
 
 
@@ -1022,6 +1022,47 @@ def _lightning_modules(root: Path, known: list[SourceModule]) -> list[SourceModu
                 and "self.log" in module.text
             ):
                 out.append(module)
+    return out
+
+
+def _defines_lightning_module(module: SourceModule) -> bool:
+    return any(
+        isinstance(node, ast.ClassDef)
+        and any(_dotted(b).rsplit(".", 1)[-1] == "LightningModule" for b in node.bases)
+        for node in ast.walk(module.tree)
+    )
+
+
+def _calls_named(modules: list[SourceModule], name: str) -> str:
+    """``file:line`` of the first call of ``name`` in the code, else ""."""
+    for module in modules:
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Call) and _call_name(node).rsplit(".", 1)[-1] == name:
+                return f"{module.rel}:{node.lineno}"
+    return ""
+
+
+def _lightning_event_specs(tags: list[str], where: str) -> list[MetricProposal]:
+    """Keys a LightningCLI app logs only to its logger: TensorBoard event files below
+    ``--trainer.default_root_dir`` (which output.flag points at the round's outputs)."""
+    out: list[MetricProposal] = []
+    for tag in dict.fromkeys(tags):
+        goal, split = metric_goal(tag), metric_split(tag)
+        if goal is None or split == "train":
+            continue
+        out.append(
+            MetricProposal(
+                name=_name(tag.removesuffix("_epoch")),
+                source=MetricSource.TENSORBOARD.value,
+                key_or_pattern=tag,
+                goal=goal,
+                split=split,
+                reason=f"Lightning logs {tag!r} to its logger only (no prog_bar=True); "
+                "LightningCLI writes it below --trainer.default_root_dir",
+                where=where,
+                path="{outputs_dir}/lightning_logs/version_*",
+            )
+        )
     return out
 
 
@@ -1242,10 +1283,16 @@ def propose_metrics(
     if "transformers" in imported or "trl" in imported:
         known += _hf_trainer(modules)
     if imported & {"lightning", "pytorch_lightning"}:
-        lit, logged = _lightning([*modules, *_lightning_modules(root_path, modules)])
+        own = any(_defines_lightning_module(m) for m in modules)
+        extra = [] if own else _lightning_modules(root_path, modules)
+        lit, logged = _lightning([*modules, *extra])
         known += lit
-        hidden = [k for k in logged if _name(k) not in {x.name for x in lit}]
-        if hidden:
+        shown = {x.name for x in lit}
+        hidden = [k for k in logged if _name(k.removesuffix("_epoch")) not in shown]
+        cli = _calls_named(modules, "LightningCLI")
+        if hidden and cli:
+            found += _lightning_event_specs(hidden, cli)
+        elif hidden:
             report.notes.append(
                 "Lightning logs " + ", ".join(sorted(set(hidden))[:4]) + " without prog_bar=True, "
                 "so they reach only the logger's files; add prog_bar=True to that self.log call "
