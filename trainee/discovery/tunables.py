@@ -311,6 +311,11 @@ for _topic, _names in (
         "trainer callbacks callback experiment experiments hparams_search extras launcher",
     ),
     ("a count that switches a code path on (repeats, splits)", "repeats splits"),
+    ("credentials", "auth credential credentials password"),
+    (
+        "data loading or preprocessing (rounds would see different data)",
+        "streaming tokenizer linebreaks preprocessing preprocess",
+    ),
     ("diagnostics", "verbose verbosity debug quiet print progress tqdm profile profiler"),
     (
         "evaluation (a fixed measurement, not a training knob)",
@@ -618,8 +623,17 @@ def suggest_tunables_report(
     suggestions: list[tuple[tuple[int, int], Suggestion]] = []
     config_leaves = {normalize_name(c.leaf) for c in candidates if c.source != "flag"}
     off = _off_switches(candidates)
+    specs = project.metrics.specs
+    primary = specs[0].name if specs else "loss"
+    loss_primary = bool(re.search(r"loss|nll|ppl|perplexity", primary.lower()))
     for cand in candidates[:_MAX_CANDIDATES]:
         why = _exclusion(cand, ctx) or _behind_off_switch(cand, off)
+        if why is None and loss_primary and _family(cand.leaf) == "label_smoothing":
+            why = (
+                f"label smoothing changes how the loss is computed, so the primary metric "
+                f"'{primary}' of rounds would not compare; tune it with an accuracy-like "
+                "primary metric"
+            )
         if why is None and cand.source == "flag" and normalize_name(cand.leaf) in config_leaves:
             why = f"the config also has '{cand.leaf}'; the config-backed param is suggested"
         if why is not None:

@@ -256,7 +256,6 @@ BOUNDS: list[tuple[str, Any, str, Any, Any, bool]] = [
     ("dropout", 0.1, "float", 0.0, 0.5, False),
     ("dropout", 0, "float", 0.0, 0.5, False),
     ("attn_dropout", 0.7, "float", 0.0, 0.99, False),
-    ("label_smoothing", 0.1, "float", 0.0, 0.5, False),
     ("momentum", 0.9, "float", 0.0, 0.99, False),
     ("beta2", 0.999, "float", 0.99, 0.9999, False),
     ("ema_decay", 0.95, "float", 0.5, 0.995, False),
@@ -627,3 +626,29 @@ def test_options_of_a_feature_that_is_off_are_left_out(tmp_path: Path) -> None:
     assert excluded == {
         "--model-ema-decay": "used only when --model-ema is on, and it is off by default"
     }
+
+
+@pytest.mark.parametrize(
+    ("primary", "offered"), [(None, False), ("val_loss", False), ("val_acc", True)]
+)
+def test_label_smoothing_only_when_the_primary_metric_is_no_loss(
+    tmp_path: Path, primary: str | None, offered: bool
+) -> None:
+    write(tmp_path / "train.py", "")
+    write(tmp_path / "base.yaml", "label_smoothing: 0.1\n")
+    metrics = (
+        f"metrics:\n  specs:\n    - {{name: {primary}, source: stdout_regex, "
+        f"key_or_pattern: '{primary}=(?P<value>\\S+)'}}\n"
+        if primary
+        else ""
+    )
+    project_yaml(
+        tmp_path, "launch:\n  command: [python, train.py]\n  baseline_config: base.yaml\n" + metrics
+    )
+    report = report_for(tmp_path)
+    if offered:
+        s = report.suggestions[0]
+        assert (s.name, s.min_value, s.max_value) == ("label_smoothing", 0.0, 0.5)
+    else:
+        assert report.suggestions == []
+        assert "label smoothing changes how the loss is computed" in report.excluded[0].reason
