@@ -685,7 +685,7 @@ def suggest_tunables_report(
 # -- constraints -----------------------------------------------------------------------------
 
 _EXPR_TOKEN = re.compile(r"'[^']*'|[A-Za-z_][A-Za-z0-9_]*")
-_EXPR_WORDS = _words("and or not True False in")
+_EXPR_WORDS = _words("and or not in True False true false")
 
 
 def _leaf_of(s: Suggestion) -> str:
