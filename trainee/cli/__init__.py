@@ -275,8 +275,8 @@ def build_parser(only: str | None = None) -> Parser:
     p.add_argument(
         "--limit",
         type=_at_least_one("--limit"),
-        default=32,
-        help="at most N suggestions (default 32)",
+        default=None,
+        help="at most N suggestions (default 16)",
     )
 
     p = add("doctor")

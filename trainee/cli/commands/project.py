@@ -184,7 +184,7 @@ def cmd_tunables(args: argparse.Namespace) -> int:
         "project_root": project_root(args.project_root),
         "apply": args.apply,
         "replace": args.replace,
-        "limit": args.limit,
+        **({"limit": args.limit} if args.limit is not None else {}),
     }
     result = daemon_client.call("tunables_discover", params)
     if args.json:
