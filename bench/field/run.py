@@ -56,6 +56,7 @@ DATAGEN = HERE / "datagen.py"
 MIRROR = Path("/work/.mirror")
 STEP_TIMEOUT = 600.0
 SESSION_RE = re.compile(r"^(session-\d+): (\w+)(?: \((.*)\))?\s*$", re.M)
+ERROR_RE = re.compile(r"^\s*[\w.]*(Error|Exception|Interrupt)\b")
 VALIDATION_RE = re.compile(r"val|valid|test|eval|dev", re.I)
 DROPPED_ENV = ("TRAINEE_", "OPENAI_", "ANTHROPIC_", "MOONSHOT_", "LLM_PROVIDER", "VIRTUAL_ENV")
 
@@ -365,8 +366,9 @@ def describe_session(project_dir: Path, run_log: Path, rc: int | None, res: Resu
         if best:
             res.outcome += f", values {best}"
     for r in rounds:
-        tail = r.get("failure_tail") or []
-        why = tail[-1] if tail else "; ".join(r.get("warnings") or [])
+        tail = [str(line) for line in r.get("failure_tail") or []]
+        errors = [line for line in tail if ERROR_RE.search(line)]
+        why = (errors or tail or ["; ".join(r.get("warnings") or [])])[-1]
         if r.get("status") != "completed" or r.get("warnings"):
             res.notes.append(
                 f"round {r.get('index')} {r.get('status')}: {why[:300]} "
