@@ -14,19 +14,24 @@ if TYPE_CHECKING:
     from typing import Any, ClassVar
 
 __all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_STATUS",
     "BudgetExceeded",
     "ConfigError",
     "DaemonNotRunning",
+    "Forbidden",
     "InternalError",
     "InvalidDecision",
     "InvalidParams",
     "InvalidRequest",
     "InvalidState",
     "LaunchError",
+    "LimitExceeded",
     "MethodNotFound",
     "NotAvailable",
     "NotFound",
     "ParseError",
+    "PortInUse",
     "ProtocolError",
     "ProviderError",
     "SandboxError",
@@ -34,6 +39,7 @@ __all__ = [
     "TraineeError",
     "error_class_for_code",
     "error_from_wire",
+    "exit_status_for",
 ]
 
 
@@ -215,6 +221,28 @@ class SandboxError(LaunchError):
     kind = "sandbox"
 
 
+class LimitExceeded(TraineeError):
+    """A request or a client went over one of the daemon's limits (connections, batch
+    length, reply size, ...); ``data`` names the limit. Nothing was changed."""
+
+    code = 1020
+    kind = "limit"
+
+
+class Forbidden(TraineeError):
+    """The caller may not use the daemon at all (e.g. a training job on the socket)."""
+
+    code = 1021
+    kind = "forbidden"
+
+
+class PortInUse(TraineeError):
+    """The daemon's HTTP port is taken by another program."""
+
+    code = 1015
+    kind = "port_in_use"
+
+
 class DaemonNotRunning(TraineeError):
     """Client side only: no daemon answered on the socket."""
 
@@ -240,6 +268,9 @@ _ALL: tuple[type[TraineeError], ...] = (
     ShuttingDown,
     InvalidDecision,
     SandboxError,
+    LimitExceeded,
+    Forbidden,
+    PortInUse,
     DaemonNotRunning,
 )
 _BY_NAME: dict[str, type[TraineeError]] = {cls.__name__: cls for cls in _ALL}
@@ -269,3 +300,36 @@ def error_from_wire(error: Any) -> TraineeError:
     exc = cls.__new__(cls)
     TraineeError.__init__(exc, message, details)
     return exc
+
+
+# -- exit statuses ---------------------------------------------------------------------
+
+# The one table from error class to process exit status, for the CLI and for the daemon
+# process that ``trainee serve`` becomes. Most specific first: the first class in an
+# error's MRO found here wins. The README lists it; 0 is success, 1 a failed session.
+EXIT_STATUS: dict[type[TraineeError], int] = {
+    InvalidParams: 2,
+    ConfigError: 3,
+    NotFound: 4,
+    InvalidState: 5,
+    SandboxError: 6,
+    LaunchError: 7,
+    NotAvailable: 8,
+    ProviderError: 9,
+    BudgetExceeded: 10,
+    ProtocolError: 11,
+    PortInUse: 12,
+    InternalError: 70,
+    DaemonNotRunning: 69,
+    ShuttingDown: 75,
+    TraineeError: 1,
+}
+EXIT_INTERRUPTED = 130
+
+
+def exit_status_for(exc: TraineeError) -> int:
+    """The exit status of a command that ended with ``exc``."""
+    for cls in type(exc).__mro__:
+        if cls in EXIT_STATUS:
+            return EXIT_STATUS[cls]
+    return 1

@@ -468,14 +468,14 @@ HTTP_CASES: list[HttpCase] = [
         "GET",
         "/api/sessions/session-1%3Bid/rounds/1/log?project_root={project}",
         400,
-        expect=("session must look like session-0001",),
+        expect=("not a session id: 'session-1;id'",),
     ),
     HttpCase(
         "a round that is no number",
         "GET",
         "/api/sessions/session-0001/rounds/1%3Bls/log?project_root={project}",
         400,
-        expect=("round must be a positive integer",),
+        expect=("not a round number: '1;ls'",),
     ),
     HttpCase(
         "tail zero",
@@ -536,9 +536,9 @@ HTTP_CASES: list[HttpCase] = [
         "tool body huge",
         "POST",
         "/api/tools/loop_get",
-        400,
+        413,
         body=b" " * (17 * 2**20) + b"{}",
-        expect=("not valid JSON",),
+        expect=("request body too large (16777216 bytes max)",),
     ),
     HttpCase(
         "tool params wrong type",
@@ -616,7 +616,7 @@ HTTP_CASES: list[HttpCase] = [
         "GET",
         "/api/sessions/" + "a" * 60000 + "/events",
         400,
-        expect=("session must look like",),
+        expect=("not a session id: 'aaaa",),
     ),
 ]
 

@@ -19,6 +19,7 @@ from tests.unit.rpc.cases import CASES, Case, check_response, demo_call, oversiz
 from trainee.api.context import Services
 from trainee.api.registry import Registry
 from trainee.daemon.http import HttpServer, allowed_hosts_for, bind_tcp, build_app
+from trainee.daemon.limits import Limits
 from trainee.daemon.socket_server import bind_unix_socket, serve_socket
 from trainee.rpc.protocol import Dispatcher
 from trainee.session.bus import EventBus
@@ -41,7 +42,7 @@ def socket_server() -> Iterator[Path]:
     dispatcher = Dispatcher(demo_call)
     with anyio.from_thread.start_blocking_portal() as portal:
         future, _ = portal.start_task(
-            functools.partial(serve_socket, max_frame=MAX_FRAME),
+            functools.partial(serve_socket, limits=Limits(max_request_bytes=MAX_FRAME)),
             listener,
             dispatcher,
             _services(str(path)),

@@ -21,7 +21,8 @@ from trainee.api.loop_methods import existing_store, manager_of
 from trainee.api.methods import registry
 from trainee.api.project_methods import project_root_of
 from trainee.errors import InvalidParams, InvalidState, NotFound
-from trainee.launch.layout import ProjectLayout, parse_session_id
+from trainee.ids import parse_session
+from trainee.launch.layout import ProjectLayout
 from trainee.research.decision import DecisionPlan
 from trainee.session.external_policy import ExternalPolicy
 from trainee.session.runner import FINISHED
@@ -33,7 +34,7 @@ WAIT_LIMIT_SEC = 24 * 3600
 class PlanParams(w.Wire, kw_only=True):
     """A structured iteration plan for the next round of an external-policy session."""
 
-    session: str
+    session: w.SessionRef
     project_root: str | None = None
     hypothesis: Annotated[str, Meta(min_length=1)]
     change_summary: Annotated[str, Meta(min_length=1)]
@@ -56,7 +57,7 @@ class RoundRunParams(PlanParams, kw_only=True):
 
 
 class RoundResultParams(w.Wire):
-    session: str
+    session: w.SessionRef
     round: Annotated[int, Meta(ge=1)]
     project_root: str | None = None
     wait: bool = False
@@ -109,7 +110,7 @@ async def _submit(ctx: CallContext, params: PlanParams) -> tuple[str, PlanResult
         stop_reason=params.stop_reason,
     )
     store = await existing_store(ctx, root)
-    index = len(await store.list_rounds(parse_session_id(params.session))) + 1
+    index = len(await store.list_rounds(parse_session(params.session))) + 1
     policy.submit(plan, agent=params.agent)
     return root, PlanResult(session=params.session, round=index, accepted=True)
 
@@ -132,7 +133,7 @@ async def _result(
     ctx: CallContext, root: str, session: str, index: int, wait: bool, timeout: float | None
 ) -> RoundResult:
     store = await existing_store(ctx, root)
-    number = parse_session_id(session)
+    number = parse_session(session)
     bus = ctx.services.bus
     sub, _, _ = bus.subscribe(session=session, kinds=["round.finished", "session.finished"])
     try:
@@ -217,7 +218,7 @@ async def round_result(ctx: CallContext, params: RoundResultParams) -> RoundResu
 class JournalAppendParams(w.Wire, kw_only=True):
     project_root: str | None = None
     text: Annotated[str, Meta(min_length=1, max_length=64 * 1024)]
-    session: str | None = None
+    session: w.SessionRef | None = None
 
 
 class JournalResult(w.Wire):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +13,13 @@ import trainee
 from trainee.api.context import CallContext
 from trainee.api.registry import Registry
 from trainee.errors import InvalidParams, InvalidState, NotFound
-from trainee.launch.layout import ProjectLayout, parse_session_id
+from trainee.ids import parse_session
+from trainee.launch.layout import ProjectLayout
 from trainee.spec import wire as w
 
 registry = Registry()
 
 _watch_ids = itertools.count(1)
-_SESSION_RE = re.compile(r"^session-\d{4,}$")
 
 
 # -- daemon --------------------------------------------------------------------
@@ -191,13 +190,8 @@ async def logs_tail(ctx: CallContext, params: w.LogsTailParams) -> w.LogsTailRes
     text (invalid UTF-8 replaced), ``next_offset`` to pass next time, and
     ``overflow`` when more than ``length`` bytes were waiting.
     """
-    if not _SESSION_RE.match(params.session):
-        raise InvalidParams(
-            f"session must look like session-0001, got {params.session!r}",
-            {"field": "session", "reason": "bad session id"},
-        )
     root = _project_root(ctx, params.project_root)
-    session = ProjectLayout.for_root(root).session(parse_session_id(params.session))
+    session = ProjectLayout.for_root(root).session(parse_session(params.session))
     path = session.round(params.round).log
     try:
         with open(path, "rb") as fh:

@@ -8,7 +8,10 @@ returning a msgspec ``Result`` (or any JSON-able value).
 
 from __future__ import annotations
 
+import functools
 import inspect
+import math
+import typing
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -16,8 +19,11 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from trainee.errors import InvalidParams, MethodNotFound
+from trainee.ids import IdError, canonical_session
+from trainee.spec.wire import SESSION_META
 
 P = TypeVar("P", bound=msgspec.Struct)
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
@@ -35,7 +41,13 @@ class Method(Generic[P]):
     description: str
 
     def decode_params(self, raw: Any) -> Any:
-        """Convert JSON-RPC params (object, array or absent) into ``params_type``."""
+        """Convert JSON-RPC params (object, array or absent) into ``params_type``.
+
+        Strict: a name the method does not take is refused (every such name is
+        listed), an int must be a JSON integer (``32.0`` is refused) of at most 64 bits,
+        a float must be finite, and session ids are parsed by :mod:`trainee.ids` into
+        their canonical form.
+        """
         if raw is None:
             raw = {}
         elif isinstance(raw, list):
@@ -51,17 +63,55 @@ class Method(Generic[P]):
                 f"{self.name}: params must be an object or an array",
                 {"method": self.name, "reason": "params not structured"},
             )
+        names = _field_names(self.params_type)
+        unknown = [str(k) for k in raw if k not in names]
+        if unknown:
+            shown = ", ".join(repr(k[:64]) for k in unknown[:20])
+            more = f" (and {len(unknown) - 20} more)" if len(unknown) > 20 else ""
+            raise InvalidParams(
+                f"{self.name}: unknown param(s) {shown}{more}; it takes "
+                + (", ".join(sorted(names)) or "no params"),
+                {"method": self.name, "reason": "unknown params", "unknown": unknown[:20]},
+            )
         try:
-            return msgspec.convert(raw, type=self.params_type, str_keys=True)
+            params = msgspec.convert(raw, type=self.params_type, str_keys=True)
         except msgspec.ValidationError as exc:
             raise InvalidParams(
                 f"{self.name}: invalid params: {exc}",
                 {"method": self.name, "reason": str(exc)},
             ) from None
+        for name in self.params_type.__struct_fields__:
+            value = getattr(params, name)
+            if type(value) is int and not _INT_MIN <= value <= _INT_MAX:
+                raise InvalidParams(
+                    f"{self.name}: {name}: integer out of range (at most 64 bits)",
+                    {"method": self.name, "field": name, "reason": "integer out of range"},
+                )
+            if type(value) is float and not math.isfinite(value):
+                raise InvalidParams(
+                    f"{self.name}: {name}: must be a finite number, got {value}",
+                    {"method": self.name, "field": name, "reason": "not finite"},
+                )
+        for name in _session_fields(self.params_type):
+            value = getattr(params, name)
+            if value is not None:
+                try:
+                    setattr(params, name, canonical_session(value))
+                except IdError as exc:
+                    raise InvalidParams(
+                        f"{self.name}: {name}: {exc.message}"
+                        if name != "session"
+                        else f"{self.name}: {exc.message}",
+                        {"method": self.name, "field": name, "reason": "bad session id"},
+                    ) from None
+        return params
 
     def params_schema(self) -> dict[str, Any]:
         """JSON schema of the params, inlined (no $ref) so tool callers can read it."""
-        return _inline_schema(msgspec.json.schema(self.params_type))
+        schema = _inline_schema(msgspec.json.schema(self.params_type))
+        if schema.get("type") == "object":
+            schema["additionalProperties"] = False
+        return schema
 
     def result_schema(self) -> dict[str, Any]:
         return _inline_schema(msgspec.json.schema(self.result_type))
@@ -84,6 +134,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._methods: dict[str, Method[Any]] = {}
+        self._schemas: tuple[int, bytes] | None = None
 
     def method(
         self,
@@ -137,7 +188,32 @@ class Registry:
         return await method.handler(ctx, params)
 
     def tool_schemas(self) -> list[dict[str, Any]]:
+        """Every method's function schema (built once: the table does not change after
+        start-up; a copy each call, so callers may change theirs)."""
+        if self._schemas is None or self._schemas[0] != len(self._methods):
+            self._schemas = (len(self._methods), msgspec.json.encode(self.fresh_tool_schemas()))
+        return list(msgspec.json.decode(self._schemas[1]))
+
+    def fresh_tool_schemas(self) -> list[dict[str, Any]]:
         return [m.tool_schema() for m in self]
+
+
+def _field_names(struct: type[msgspec.Struct]) -> frozenset[str]:
+    """The wire names of a Params Struct's fields (renames applied)."""
+    return frozenset(getattr(struct, "__struct_encode_fields__", struct.__struct_fields__))
+
+
+@functools.cache
+def _session_fields(struct: type[msgspec.Struct]) -> tuple[str, ...]:
+    """The fields of a Params Struct typed ``SessionRef`` (or ``SessionRef | None``)."""
+    hints = typing.get_type_hints(struct, include_extras=True)
+
+    def marked(hint: Any) -> bool:
+        return SESSION_META in getattr(hint, "__metadata__", ()) or any(
+            marked(arg) for arg in typing.get_args(hint)
+        )
+
+    return tuple(name for name in struct.__struct_fields__ if marked(hints.get(name)))
 
 
 def _inline_schema(schema: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The HTTP side of the daemon: ``POST /rpc``, the tool API, and their guard.
+"""The HTTP side of the daemon: ``POST /rpc``, the tool API, their guard and connection limits.
 
 The tool API can start commands, so a web page the user happens to visit must
 not be able to reach it: requests must carry the daemon's Host (DNS
@@ -7,6 +7,14 @@ own Origin (cross-site POST), and every ``/api``, ``/rpc`` and ``/mcp`` request
 must carry the access token (bearer header or the cookie the web page gets). A page
 URL carrying ``?token=`` (what ``trainee webui`` opens) trades it for an
 HttpOnly SameSite=Strict cookie and redirects to the same URL without it.
+
+No client can hold the server: at most ``http_connections`` connections at once
+(:class:`ConnectionGate`); a connection must send its request headers within
+``http_header_timeout_sec`` of opening (or of its last response), and when every
+place is taken a new connection closes the oldest one that is waiting for its
+headers (those that never showed the token first), else it gets 503. A request
+refused by the guard closes its connection. Bodies must arrive within
+``http_body_timeout_sec``.
 """
 
 from __future__ import annotations
@@ -33,17 +41,30 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from trainee.api.context import CallContext, Services
 from trainee.api.registry import Registry
-from trainee.errors import InvalidParams, MethodNotFound, NotFound, ParseError, TraineeError
+from trainee.daemon.limits import LargeRequests, Limits
+from trainee.errors import (
+    Forbidden,
+    InvalidParams,
+    LimitExceeded,
+    MethodNotFound,
+    NotFound,
+    ParseError,
+    TraineeError,
+)
 from trainee.rpc.protocol import Dispatcher
 
 log = logging.getLogger("trainee.daemon.http")
 
 TOKEN_COOKIE = "trainee_token"
 TOKEN_COOKIE_MAX_AGE = 30 * 24 * 3600
-MAX_BODY = 16 * 2**20
+ACCEPT_BACKLOG = 128
+ACCEPT_BATCH = 16
+"""Connections asyncio accepts per wake-up: a flood cannot open hundreds of file
+descriptors before the gate has looked at the first."""
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 SECURITY_HEADERS: dict[str, str] = {
@@ -90,10 +111,18 @@ def is_loopback(host: str) -> bool:
 class Guard:
     """ASGI middleware enforcing Host, Origin and token on every request."""
 
-    def __init__(self, app: ASGIApp, *, token: str, allowed_hosts: Callable[[], set[str]]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str,
+        allowed_hosts: Callable[[], set[str]],
+        gate: ConnectionGate | None = None,
+    ) -> None:
         self.app = app
         self.token = token
         self.allowed_hosts = allowed_hosts
+        self.gate = gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -104,10 +133,15 @@ class Guard:
         problem = self.check(request)
         if problem is not None:
             status, reason = problem
-            await JSONResponse({"error": {"code": status, "message": reason}}, status_code=status)(
-                scope, receive, send
-            )
+            # A refused request closes its connection: holding one costs a token.
+            await JSONResponse(
+                {"error": {"code": status, "message": reason}},
+                status_code=status,
+                headers={"Connection": "close"},
+            )(scope, receive, send)
             return
+        if self.gate is not None and self.token_ok(request):
+            self.gate.trust(scope.get("client"))
         if "token" in request.query_params and not _is_api(request.url.path):
             await self.token_login(request)(scope, receive, send)
             return
@@ -198,6 +232,10 @@ def error_status(exc: TraineeError) -> int:
         return 404
     if isinstance(exc, InvalidParams | ParseError):
         return 400
+    if isinstance(exc, LimitExceeded):
+        return 413 if (exc.data or {}).get("what") in ("request bytes", "reply bytes") else 503
+    if isinstance(exc, Forbidden):
+        return 403
     return 422
 
 
@@ -213,31 +251,47 @@ def build_app(
     token: str,
     allowed_hosts: Callable[[], set[str]],
     extra_routes: Sequence[BaseRoute] = (),
+    limits: Limits | None = None,
+    large: LargeRequests | None = None,
+    gate: ConnectionGate | None = None,
 ) -> ASGIApp:
     """The Starlette app of the daemon; the web UI adds its pages and streams as ``extra_routes``."""
+    limits = limits or Limits()
+    large = large or LargeRequests(limits)
 
     async def read_body(request: Request) -> bytes:
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_BODY:
-                raise ValueError("body too large")
-        return body
+        """The whole body, bounded in size and time; LimitExceeded names what was passed."""
+        body = bytearray()
+        try:
+            with anyio.fail_after(limits.http_body_timeout_sec):
+                async for chunk in request.stream():
+                    if len(body) + len(chunk) > limits.max_request_bytes:
+                        raise LimitExceeded(
+                            f"request body too large ({limits.max_request_bytes} bytes max)",
+                            {"what": "request bytes", "limit": limits.max_request_bytes},
+                        )
+                    if not large.charge(len(body), len(body) + len(chunk)):
+                        raise LimitExceeded(
+                            "request dropped: the daemon is receiving too many large requests "
+                            f"at once ({large.total} bytes in all); send it again later",
+                            {"what": "large requests", "limit": large.total},
+                        )
+                    body += chunk
+        except TimeoutError:
+            raise LimitExceeded(
+                f"request body not received within {limits.http_body_timeout_sec:g} s",
+                {"what": "body time", "limit": limits.http_body_timeout_sec},
+            ) from None
+        finally:
+            large.release(len(body))
+        return bytes(body)
 
     async def rpc(request: Request) -> Response:
         try:
             body = await read_body(request)
-        except ValueError:
+        except LimitExceeded as exc:
             return json_response(
-                {
-                    "jsonrpc": "2.0",
-                    "error": {
-                        "code": -32600,
-                        "message": f"request too large ({MAX_BODY} bytes max)",
-                    },
-                    "id": None,
-                },
-                413,
+                {"jsonrpc": "2.0", "error": exc.to_wire(), "id": None}, error_status(exc)
             )
         ctx = CallContext(services=services, transport="http")
         response = await dispatcher.handle_frame(body, ctx)
@@ -259,6 +313,8 @@ def build_app(
         try:
             body = await read_body(request)
             params = msgspec.json.decode(body) if body.strip() else {}
+        except LimitExceeded as exc:
+            return error_response(exc)
         except ValueError:
             return json_response(
                 {"error": ParseError("request body is not valid JSON").to_wire()}, 400
@@ -287,7 +343,7 @@ def build_app(
         *extra_routes,
     ]
     app = Starlette(routes=routes)
-    return Guard(app, token=token, allowed_hosts=allowed_hosts)
+    return Guard(app, token=token, allowed_hosts=allowed_hosts, gate=gate)
 
 
 def bind_tcp(host: str, port: int) -> socket.socket:
@@ -296,7 +352,7 @@ def bind_tcp(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host.strip("[]"), port))
-    sock.listen(128)
+    sock.listen(ACCEPT_BACKLOG)
     sock.setblocking(False)
     return sock
 
@@ -325,13 +381,164 @@ class _EmbeddedServer(uvicorn.Server):
             self._on_started()
 
 
+class ConnectionGate:
+    """Admits HTTP connections up to ``limit``; see the module docstring for the rules."""
+
+    def __init__(self, limit: int, *, header_timeout: float = 10.0) -> None:
+        self.limit = limit
+        self.header_timeout = header_timeout
+        self.open: dict[GuardedH11Protocol, None] = {}
+        """Admitted connections, oldest first."""
+        self._by_client: dict[Any, GuardedH11Protocol] = {}
+        self.refused = 0
+        self.evicted = 0
+        self.timed_out = 0
+
+    def admit(self, conn: GuardedH11Protocol) -> bool:
+        if len(self.open) >= self.limit:
+            victim = next((c for c in self.open if c.waiting and not c.trusted), None)
+            if victim is None:
+                victim = next((c for c in self.open if c.waiting), None)
+            if victim is None:
+                self.refused += 1
+                if self.refused % 100 == 1:
+                    log.warning(
+                        "refusing HTTP connections: %d open, all busy (%d refused)",
+                        len(self.open),
+                        self.refused,
+                    )
+                return False
+            self.evicted += 1
+            self.leave(victim)
+            victim.transport.close()
+        self.open[conn] = None
+        return True
+
+    def joined(self, conn: GuardedH11Protocol) -> None:
+        if conn.client is not None:
+            self._by_client[conn.client] = conn
+
+    def leave(self, conn: GuardedH11Protocol) -> None:
+        self.open.pop(conn, None)
+        if conn.client is not None and self._by_client.get(conn.client) is conn:
+            del self._by_client[conn.client]
+
+    def trust(self, client: Any) -> None:
+        """The connection of ``client`` (host, port) showed the token."""
+        key = tuple(client) if isinstance(client, list | tuple) else client
+        conn = self._by_client.get(key)
+        if conn is not None:
+            conn.trusted = True
+
+    def protocol(self) -> type[GuardedH11Protocol]:
+        """uvicorn's h11 protocol bound to this gate."""
+        return type("GatedH11Protocol", (GuardedH11Protocol,), {"gate": self})
+
+
+def _refusal(status: int, phrase: str, message: str) -> bytes:
+    body = msgspec.json.encode({"error": {"code": status, "message": message}})
+    head = (
+        f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
+        f"connection: close\r\nretry-after: 1\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol under a :class:`ConnectionGate`: admission, a deadline for
+    each request's headers, eviction while it waits for them."""
+
+    gate: ConnectionGate
+    trusted = False
+    waiting = False
+    """Waiting for a request's headers (the connection is idle): it may be evicted."""
+    _admitted = False
+    _timer: Any = None
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        self.transport = transport
+        if not self.gate.admit(self):
+            transport.write(
+                _refusal(
+                    503,
+                    "Service Unavailable",
+                    f"refused: too many HTTP connections ({self.gate.limit} open, all busy); "
+                    "try again",
+                )
+            )
+            transport.close()
+            return
+        self._admitted = True
+        super().connection_made(transport)
+        self.gate.joined(self)
+        self._await_request()
+
+    def _await_request(self) -> None:
+        self.waiting = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(self.gate.header_timeout, self._headers_too_slow)
+
+    def _headers_too_slow(self) -> None:
+        self._timer = None
+        if self.waiting and not self.transport.is_closing():
+            self.gate.timed_out += 1
+            self.transport.close()
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle and self.cycle is not None:
+            self.waiting = False  # a request arrived: its handler runs, no header deadline
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def on_response_complete(self) -> None:
+        if not self.transport.is_closing():
+            self._await_request()
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._admitted:
+            return
+        self.gate.leave(self)
+        super().connection_lost(exc)
+
+
 class HttpServer:
     """uvicorn on an already-bound socket; ``stop()`` lets it finish gracefully."""
 
     def __init__(
-        self, app: ASGIApp, sock: socket.socket, *, on_stop: Callable[[], None] | None = None
+        self,
+        app: ASGIApp,
+        sock: socket.socket,
+        *,
+        on_stop: Callable[[], None] | None = None,
+        gate: ConnectionGate | None = None,
+        limits: Limits | None = None,
     ) -> None:
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        limits = limits or Limits()
+        self.gate = gate or ConnectionGate(
+            limits.http_connections, header_timeout=limits.http_header_timeout_sec
+        )
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            http=self.gate.protocol(),
+            backlog=ACCEPT_BATCH,
+            timeout_keep_alive=limits.http_keep_alive_sec,
+            h11_max_incomplete_event_size=limits.http_max_header_bytes,
+            # the gate admits at most ``limit`` connections; uvicorn's own check (which
+            # counts the asking connection too) is the second line
+            limit_concurrency=self.gate.limit + 1,
+        )
         self._sock = sock
         self._server: _EmbeddedServer | None = None
         self._config = config

@@ -9,6 +9,7 @@ a socket file left by a daemon that died is removed by the next one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import logging
@@ -23,10 +24,12 @@ from typing import Any
 
 import anyio
 
+from trainee import errors, paths
 from trainee.api.context import CallContext, Services
 from trainee.api.table import registry
 from trainee.daemon import systemd
 from trainee.daemon.http import (
+    ConnectionGate,
     HttpServer,
     allowed_hosts_for,
     bind_tcp,
@@ -34,8 +37,11 @@ from trainee.daemon.http import (
     is_loopback,
     load_or_create_token,
 )
-from trainee.daemon.socket_server import bind_unix_socket, prepare_socket_dir, serve_socket
+from trainee.daemon.limits import FdBudget, LargeRequests, Limits, raise_fd_limit
+from trainee.daemon.logs import setup_logging
+from trainee.daemon.socket_server import SocketServer, bind_unix_socket, prepare_socket_dir
 from trainee.daemon.web import WebUI
+from trainee.errors import ConfigError
 from trainee.mcp.http import McpEndpoint
 from trainee.rpc.protocol import Dispatcher
 from trainee.session.bus import EventBus
@@ -43,8 +49,9 @@ from trainee.session.manager import SessionManager
 
 log = logging.getLogger("trainee.daemon")
 
-EXIT_ALREADY_RUNNING = 3
-EXIT_START_FAILED = 4
+# Exit statuses from the one table in trainee.errors (``trainee serve`` becomes this process).
+EXIT_ALREADY_RUNNING = errors.EXIT_STATUS[errors.InvalidState]
+EXIT_START_FAILED = errors.EXIT_STATUS[errors.InternalError]
 
 
 @dataclass
@@ -56,6 +63,8 @@ class DaemonConfig:
     port_fallback: bool = False
     ready_fd: int | None = None
     log_level: str = "INFO"
+    limits: Limits | None = None
+    """None: the defaults with the environment's overrides (:meth:`Limits.from_env`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -91,15 +100,6 @@ def acquire_lock(path: Path) -> int:
     return fd
 
 
-def _setup_logging(level: str) -> None:
-    root = logging.getLogger("trainee")
-    if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-    root.setLevel(level)
-
-
 def _write_ready(fd: int | None, message: str) -> None:
     if fd is None:
         return
@@ -110,7 +110,14 @@ def _write_ready(fd: int | None, message: str) -> None:
 
 def run(config: DaemonConfig) -> int:
     """Run the daemon in the foreground until it is told to stop. Returns the exit status."""
-    _setup_logging(config.log_level)
+    setup_logging(config.log_level)
+    try:
+        limits = config.limits or Limits.from_env()
+    except ConfigError as exc:
+        log.error("daemon failed to start: %s", exc)
+        _write_ready(config.ready_fd, f"FAILED {exc}")
+        return EXIT_START_FAILED
+    config = dataclasses.replace(config, limits=limits)
     prepare_socket_dir(config.socket_path)
     try:
         lock_fd = acquire_lock(lock_path(config.socket_path))
@@ -124,6 +131,12 @@ def run(config: DaemonConfig) -> int:
         return EXIT_ALREADY_RUNNING
     try:
         return anyio.run(_serve, config)
+    except errors.TraineeError as exc:
+        # said plainly: this is what `trainee serve` shows in the terminal
+        hint = exc.data.get("hint") if isinstance(exc.data, dict) else None
+        sys.stderr.write(f"error: {exc.message}\n" + (f"hint: {hint}\n" if hint else ""))
+        _write_ready(config.ready_fd, f"FAILED {exc.message}")
+        return errors.exit_status_for(exc)
     except OSError as exc:
         log.error("daemon failed to start: %s", exc)
         _write_ready(config.ready_fd, f"FAILED {exc}")
@@ -137,6 +150,18 @@ def run(config: DaemonConfig) -> int:
 
 
 async def _serve(config: DaemonConfig) -> int:
+    limits = config.limits or Limits()
+    fd_limit, _ = raise_fd_limit(limits.fd_limit)
+    budget = FdBudget.for_limit(fd_limit, limits)
+    log.info(
+        "open-file limit %d (%d kept for rounds, store and logs): up to %d socket and %d "
+        "HTTP connections",
+        budget.fd_limit,
+        budget.reserve,
+        budget.socket,
+        budget.http,
+    )
+    large = LargeRequests(limits)
     activated = systemd.listen_unix_socket()
     unix_sock = activated if activated is not None else bind_unix_socket(config.socket_path)
     http_sock = _bind_http(config)
@@ -150,8 +175,14 @@ async def _serve(config: DaemonConfig) -> int:
 
     shutdown = anyio.Event()
     # Event ids keep increasing across daemon restarts (SSE clients resume by id).
-    bus = EventBus(first_id=int(time.time() * 1000) * 1000)
+    bus = EventBus(
+        first_id=int(time.time() * 1000) * 1000,
+        buffer=limits.watch_events,
+        buffer_bytes=limits.watch_bytes,
+    )
     manager = SessionManager(bus)
+    # service data (the projects it ran sessions in): ~/.trainee/runtime, private
+    paths.ensure_private_dir(manager.state_dir)
     services = Services(
         bus=bus,
         socket_path=str(config.socket_path),
@@ -165,11 +196,14 @@ async def _serve(config: DaemonConfig) -> int:
     async def call(method: str, params: Any, ctx: CallContext) -> Any:
         return await registry.call(method, params, ctx)
 
-    dispatcher = Dispatcher(call, logger=log)
+    dispatcher = Dispatcher(
+        call, logger=log, max_batch=limits.rpc_batch, max_reply=limits.reply_bytes
+    )
     token = load_or_create_token(token_path(config.socket_path))
     hosts = allowed_hosts_for(config.host, port)
     web = WebUI(registry, services)
     mcp = McpEndpoint(registry, services)
+    gate = ConnectionGate(budget.http, header_timeout=limits.http_header_timeout_sec)
     app = build_app(
         registry,
         dispatcher,
@@ -177,13 +211,25 @@ async def _serve(config: DaemonConfig) -> int:
         token=token,
         allowed_hosts=lambda: hosts,
         extra_routes=[mcp.route, *web.routes],
+        limits=limits,
+        large=large,
+        gate=gate,
     )
 
     def end_streams() -> None:
         web.close()
         mcp.close()
 
-    http = HttpServer(app, http_sock, on_stop=end_streams)
+    http = HttpServer(app, http_sock, on_stop=end_streams, gate=gate, limits=limits)
+    socket_server = SocketServer(
+        unix_sock,
+        dispatcher,
+        services,
+        limits=limits,
+        max_connections=budget.socket,
+        large=large,
+        monitors=manager.monitor_pids,
+    )
 
     def remove_socket() -> None:
         if activated is None:
@@ -193,7 +239,7 @@ async def _serve(config: DaemonConfig) -> int:
     async with anyio.create_task_group() as tg:
         tg.start_soon(_watch_signals, shutdown)
         await tg.start(manager.run)
-        await tg.start(serve_socket, unix_sock, dispatcher, services)
+        await tg.start(socket_server.serve)
         await tg.start(mcp.run)
         http_done = anyio.Event()
 
@@ -225,14 +271,28 @@ async def _serve(config: DaemonConfig) -> int:
 
 
 def _bind_http(config: DaemonConfig) -> socket.socket:
+    choose = f"choose another with --port N or {paths.HTTP_PORT_ENV}=N (0: any free port)"
     try:
         return bind_tcp(config.host, config.port)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE and config.port_fallback:
-            log.warning("port %s is in use; serving HTTP on a free port instead", config.port)
-            return bind_tcp(config.host, 0)
-        raise OSError(
-            exc.errno, f"cannot listen on {config.host}:{config.port}: {exc.strerror}"
+            sock = bind_tcp(config.host, 0)
+            log.warning(
+                "port %s is taken: serving HTTP on port %s instead (%s)",
+                config.port,
+                sock.getsockname()[1],
+                choose,
+            )
+            return sock
+        where = f"{config.host}:{config.port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise errors.PortInUse(
+                f"port {config.port} is taken: cannot serve HTTP on {where}",
+                {"port": config.port, "host": config.host, "hint": choose},
+            ) from None
+        raise errors.InvalidParams(
+            f"cannot serve HTTP on {where}: {exc.strerror}",
+            {"field": "--host/--port", "reason": exc.strerror, "hint": choose},
         ) from None
 
 

@@ -32,7 +32,14 @@ from trainee.api.project_methods import project_root_of
 from trainee.api.registry import Registry
 from trainee.daemon.http import TOKEN_COOKIE, error_response, json_response
 from trainee.errors import InvalidParams, NotFound, TraineeError
-from trainee.launch.layout import ProjectLayout, parse_session_id
+from trainee.ids import (
+    ROUND_PATTERN,
+    SESSION_PATTERN,
+    canonical_session,
+    parse_round,
+    parse_session,
+)
+from trainee.launch.layout import ProjectLayout
 from trainee.session.bus import EventBus, Subscription
 from trainee.session.manager import SessionManager
 from trainee.spec.wire import Event
@@ -40,8 +47,7 @@ from trainee.store.db import Store
 
 log = logging.getLogger("trainee.daemon.web")
 
-SESSION_RE = re.compile(r"^session-\d{4,}$")
-ROUND_LOG_RE = re.compile(r"^round-\d{4,}\.log$")
+ROUND_LOG_RE = re.compile(r"^round-[0-9]{4,12}\.log$")
 DOWNLOADS: dict[str, str] = {
     "report.md": "text/markdown; charset=utf-8",
     "result_ledger.csv": "text/csv; charset=utf-8",
@@ -147,23 +153,12 @@ class WebUI:
 
     @staticmethod
     def _session(request: Request) -> str:
-        session = str(request.path_params["session"])
-        if not SESSION_RE.match(session):
-            raise InvalidParams(
-                f"session must look like session-0001, got {session!r}",
-                {"field": "session", "reason": "bad session id"},
-            )
-        return session
+        """The canonical id (``session-0001``) of the path's session (``1``, ``0001`` too)."""
+        return canonical_session(str(request.path_params["session"]))
 
     @staticmethod
     def _round(request: Request) -> int:
-        raw = str(request.path_params["round"])
-        if not raw.isdigit() or int(raw) < 1:
-            raise InvalidParams(
-                f"round must be a positive integer, got {raw!r}",
-                {"field": "round", "reason": "not a positive integer"},
-            )
-        return int(raw)
+        return parse_round(str(request.path_params["round"]))
 
     @staticmethod
     def _int_arg(request: Request, name: str, default: int | None) -> int | None:
@@ -281,7 +276,7 @@ class WebUI:
             store = await self._store(root)
             if store is None:
                 raise NotFound(f"no session has run in {root}", {"project_root": root})
-            points = await store.points(parse_session_id(session), round_)
+            points = await store.points(parse_session(session), round_)
         except TraineeError as exc:
             return error_response(exc)
         return json_response(
@@ -297,7 +292,7 @@ class WebUI:
         try:
             session = self._session(request)
             name = str(request.path_params["name"])
-            if name not in DOWNLOADS and not ROUND_LOG_RE.match(name):
+            if name not in DOWNLOADS and not ROUND_LOG_RE.fullmatch(name):
                 raise NotFound(
                     f"no downloadable file {name!r}; choose one of {', '.join(DOWNLOADS)} "
                     "or round-NNNN.log",
@@ -307,7 +302,7 @@ class WebUI:
             store = await self._store(root)
             if store is None:
                 raise NotFound(f"no session has run in {root}", {"project_root": root})
-            record = await store.get_session(parse_session_id(session))
+            record = await store.get_session(parse_session(session))
             folder = ProjectLayout.for_root(root, record.env).session(record.index).artifacts
             path = folder / name
             real_folder = os.path.realpath(folder)
@@ -437,15 +432,14 @@ async def _stored_page(store: Store, session: str, cursor: int, below: int) -> l
 
 async def _batches(sub: Subscription) -> AsyncIterator[list[Event]]:
     """Live events in batches: wait for one, then take what is already queued."""
-    receive = sub._receive
     while True:
         try:
-            batch = [await receive.receive()]
+            batch = [await sub.receive()]
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             return
         while len(batch) < BATCH_MAX:
             try:
-                batch.append(receive.receive_nowait())
+                batch.append(sub.receive_nowait())
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                 break
         yield batch
@@ -522,9 +516,19 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str, requ
 
 
 _SESSION_PARAM = _param(
-    "session", "path", {"type": "string", "pattern": SESSION_RE.pattern}, "session id", True
+    "session",
+    "path",
+    {"type": "string", "pattern": SESSION_PATTERN},
+    "session id: session-0001, 0001 or 1",
+    True,
 )
-_ROUND_PARAM = _param("round", "path", {"type": "integer", "minimum": 1}, "round number", True)
+_ROUND_PARAM = _param(
+    "round",
+    "path",
+    {"type": "string", "pattern": ROUND_PATTERN},
+    "round number: 1, 0001 or round-0001",
+    True,
+)
 _ROOT_PARAM = _param(
     "project_root",
     "query",

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainee.ids import round_name, session_id
+
 CACHE_VARS: dict[str, str] = {
     "HOME": "home",
     "XDG_CACHE_HOME": "xdg",
@@ -29,22 +31,6 @@ CACHE_VARS: dict[str, str] = {
     "WANDB_DIR": "wandb",
 }
 """Environment variables redirected into ``<trainee_dir>/cache/<name>``."""
-
-
-def session_id(index: int) -> str:
-    return f"session-{index:04d}"
-
-
-def round_name(index: int) -> str:
-    return f"round-{index:04d}"
-
-
-def parse_session_id(value: str) -> int:
-    """``session-0007`` -> 7; ValueError for anything else."""
-    prefix, _, digits = value.partition("-")
-    if prefix != "session" or not digits.isdigit() or len(digits) < 4:
-        raise ValueError(f"not a session id: {value!r} (expected session-0001)")
-    return int(digits)
 
 
 def data_dir_for(trainee_dir: Path, env: Mapping[str, str] | None = None) -> Path:

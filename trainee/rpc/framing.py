@@ -47,6 +47,12 @@ class FrameBuffer:
         """Bytes held of the frame not yet ended by a newline."""
         return len(self._partial)
 
+    def abandon(self) -> None:
+        """Drop the open frame; the rest of its line is skipped as it arrives."""
+        if self._partial:
+            self._partial = bytearray()
+            self._discarding = True
+
     def feed(self, data: bytes) -> list[bytes | FrameTooLarge]:
         """Add received bytes; return the frames (and oversize markers) they complete."""
         out: list[bytes | FrameTooLarge] = []

@@ -13,8 +13,15 @@ Protocol faults and their messages (``data`` is ``{"type": <class name>}``):
 - -32700 ``Parse error: <reason>`` with id null: invalid JSON, invalid UTF-8,
   nesting too deep.
 - -32600 ``Invalid Request: <reason>``: a message that is not a Request object,
-  an empty batch, a frame over the size limit. The id is echoed when the
-  request carried a valid one, else null.
+  an empty batch, a batch longer than ``max_batch``, a frame over the size
+  limit. The id is echoed when the request carried a valid one, else null.
+
+A reply (one response, or a whole batch's) may hold at most ``max_reply``
+bytes: a result that would pass it is answered with
+:class:`~trainee.errors.LimitExceeded` instead, and so is every request of a
+batch after the replies so far reached it (those requests are not run). Batch
+elements run one at a time with a checkpoint between them, so a long batch
+never holds the event loop from other clients.
 """
 
 from __future__ import annotations
@@ -24,9 +31,10 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import msgspec
 
-from trainee.errors import InternalError, InvalidRequest, ParseError, TraineeError
+from trainee.errors import InternalError, InvalidRequest, LimitExceeded, ParseError, TraineeError
 from trainee.rpc.framing import FrameTooLarge
 
 __all__ = [
@@ -51,6 +59,8 @@ _decoder = msgspec.json.Decoder()
 _encode = msgspec.json.encode
 _default_logger = logging.getLogger("trainee.rpc")
 _NO_ID: Any = object()  # a request without an "id" member: a notification
+DEFAULT_MAX_BATCH = 256
+DEFAULT_MAX_REPLY = 16 * 2**20
 
 
 def decode_frame(frame: bytes) -> Any:
@@ -133,9 +143,18 @@ class Dispatcher:
     transport; ``context`` is passed through to ``call`` untouched.
     """
 
-    def __init__(self, call: Call, *, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        call: Call,
+        *,
+        logger: logging.Logger | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_reply: int = DEFAULT_MAX_REPLY,
+    ) -> None:
         self._call = call
         self._logger = logger or _default_logger
+        self.max_batch = max_batch
+        self.max_reply = max_reply
 
     async def handle_frame(self, frame: bytes | FrameTooLarge, context: Any = None) -> bytes | None:
         """One frame in; the encoded Response (no newline) out, or None when none is due."""
@@ -160,10 +179,42 @@ class Dispatcher:
             return await self._respond_one(message, context)
         if not message:
             return self._error(None, InvalidRequest("Invalid Request: empty batch"))
-        parts = [r for m in message if (r := await self._respond_one(m, context)) is not None]
+        if len(message) > self.max_batch:
+            return self._error(
+                None,
+                InvalidRequest(
+                    f"Invalid Request: a batch of {len(message)} requests "
+                    f"(at most {self.max_batch}); send fewer at a time"
+                ),
+            )
+        parts: list[bytes] = []
+        size = 2
+        for m in message:
+            if size > self.max_reply:
+                response = self._over_reply(m, "the batch's replies so far reached")
+            else:
+                await anyio.lowlevel.checkpoint()
+                response = await self._respond_one(m, context, self.max_reply - size)
+            if response is not None:
+                parts.append(response)
+                size += len(response) + 1
         return b"[" + b",".join(parts) + b"]" if parts else None
 
-    async def _respond_one(self, message: Any, context: Any) -> bytes | None:
+    def _over_reply(self, message: Any, why: str) -> bytes | None:
+        """The answer to a batch element left unrun because the reply is full."""
+        rid = message.get("id", _NO_ID) if isinstance(message, dict) else None
+        if rid is _NO_ID:
+            return None
+        error = LimitExceeded(
+            f"not run: {why} {self.max_reply} bytes, the most one reply may hold; "
+            "send the rest in another batch",
+            {"what": "reply bytes", "limit": self.max_reply},
+        )
+        return self._error(rid if _is_id(rid) else None, error)
+
+    async def _respond_one(
+        self, message: Any, context: Any, room: int | None = None
+    ) -> bytes | None:
         if not isinstance(message, dict):
             return self._error(
                 None,
@@ -207,10 +258,22 @@ class Dispatcher:
         if rid is _NO_ID:
             return None
         try:
-            return encode_result(rid, result)
+            encoded = encode_result(rid, result)
         except Exception as exc:
             where = f"encoding the result of {method!r}"
             return self._error(rid, as_trainee_error(exc, logger=self._logger, where=where))
+        limit = self.max_reply if room is None else min(room, self.max_reply)
+        if len(encoded) > limit:
+            return self._error(
+                rid,
+                LimitExceeded(
+                    f"the result of {method} is {len(encoded)} bytes, over the "
+                    f"{limit} bytes this reply may still hold; ask for less "
+                    "(a smaller limit or length) or call it outside a batch",
+                    {"what": "reply bytes", "limit": limit, "size": len(encoded)},
+                ),
+            )
+        return encoded
 
     def _error(self, id: Id, exc: TraineeError) -> bytes:
         return encode_error(id, exc, logger=self._logger)

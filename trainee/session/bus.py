@@ -1,8 +1,9 @@
 """The event bus: one increasing id, a retained window, bounded fan-out.
 
 Publishing never blocks and never slows the publisher: each subscriber has a
-bounded buffer, and a subscriber that falls behind is cut off with a ``gap``
-marker; it resumes from its last id (``since``) on its next watch.
+bounded buffer (``buffer`` events and ``buffer_bytes`` of encoded JSON), and a
+subscriber that falls behind is cut off with a ``gap`` marker; it resumes from
+its last id (``since``) on its next watch.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from trainee.spec.wire import Event
 
 RETAIN_BYTES = 2 * 2**20
 """Encoded JSON bytes of events kept for replay; older ones are read from the store."""
+BUFFER_BYTES = 8 * 2**20
+"""Encoded JSON bytes of events queued for one subscriber before it is cut off."""
 
 _encode = msgspec.json.encode
 
@@ -30,10 +33,11 @@ class Subscription:
     def __init__(
         self,
         bus: EventBus,
-        send: MemoryObjectSendStream[Event],
-        receive: MemoryObjectReceiveStream[Event],
+        send: MemoryObjectSendStream[tuple[Event, int]],
+        receive: MemoryObjectReceiveStream[tuple[Event, int]],
         session: str | None,
         kinds: frozenset[str] | None,
+        max_bytes: int = BUFFER_BYTES,
     ) -> None:
         self._bus = bus
         self._send = send
@@ -41,30 +45,47 @@ class Subscription:
         self.session = session
         self.kinds = kinds
         self.dropped = False
+        self.max_bytes = max_bytes
+        self.queued_bytes = 0
 
     def wants(self, event: Event) -> bool:
         if self.session is not None and event.session != self.session:
             return False
         return self.kinds is None or event.kind in self.kinds
 
-    def offer(self, event: Event) -> None:
+    def offer(self, event: Event, size: int = 0) -> None:
+        """Queue ``event`` (``size``: its encoded bytes); over either bound the
+        subscriber is cut off (``dropped``) and its stream ends after what it holds."""
         if self.dropped or not self.wants(event):
             return
+        if self.queued_bytes + size > self.max_bytes and self.queued_bytes:
+            self.dropped = True
+            self._send.close()
+            return
         try:
-            self._send.send_nowait(event)
+            self._send.send_nowait((event, size))
+            self.queued_bytes += size
         except anyio.WouldBlock:
             self.dropped = True
             self._send.close()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             self.dropped = True
 
+    def _taken(self, item: tuple[Event, int]) -> Event:
+        self.queued_bytes -= item[1]
+        return item[0]
+
     def receive_nowait(self) -> Event:
         """The next queued event without waiting (anyio.WouldBlock when none is queued)."""
-        return self._receive.receive_nowait()
+        return self._taken(self._receive.receive_nowait())
+
+    async def receive(self) -> Event:
+        """The next event; anyio.EndOfStream once the subscription ended."""
+        return self._taken(await self._receive.receive())
 
     async def __aiter__(self) -> AsyncIterator[Event]:
-        async for event in self._receive:
-            yield event
+        async for item in self._receive:
+            yield self._taken(item)
 
     def close(self) -> None:
         self._bus._subscribers.discard(self)
@@ -81,6 +102,7 @@ class EventBus:
         retain: int = 50_000,
         retain_bytes: int = RETAIN_BYTES,
         buffer: int = 10_000,
+        buffer_bytes: int = BUFFER_BYTES,
         first_id: int = 1,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -90,6 +112,7 @@ class EventBus:
         self._retain_bytes = retain_bytes
         self._window_bytes = 0
         self._buffer = buffer
+        self._buffer_bytes = buffer_bytes
         self._next_id = first_id
         self._clock = clock
         self._subscribers: set[Subscription] = set()
@@ -114,16 +137,16 @@ class EventBus:
             id=self._next_id, kind=kind, ts=self._clock(), session=session, data=data or {}
         )
         self._next_id += 1
-        self._keep(event)
+        size = self._keep(event)
         for sink in self._sinks:
             sink(event)
         for sub in list(self._subscribers):
-            sub.offer(event)
+            sub.offer(event, size)
             if sub.dropped:
                 self._subscribers.discard(sub)
         return event
 
-    def _keep(self, event: Event) -> None:
+    def _keep(self, event: Event) -> int:
         """Add ``event`` to the window; drop the oldest beyond ``retain`` events or
         ``retain_bytes`` of encoded JSON (output events can be large: the count alone
         would let a chatty job's lines hold gigabytes). The newest is always kept."""
@@ -136,6 +159,7 @@ class EventBus:
         ):
             self._window.popleft()
             self._window_bytes -= self._sizes.popleft()
+        return size
 
     @property
     def window_bytes(self) -> int:
@@ -167,8 +191,10 @@ class EventBus:
 
         Both are taken in one synchronous step, so nothing falls between them.
         """
-        send, receive = anyio.create_memory_object_stream[Event](self._buffer)
-        sub = Subscription(self, send, receive, session, frozenset(kinds) if kinds else None)
+        send, receive = anyio.create_memory_object_stream[tuple[Event, int]](self._buffer)
+        sub = Subscription(
+            self, send, receive, session, frozenset(kinds) if kinds else None, self._buffer_bytes
+        )
         backlog: list[Event] = []
         gap = False
         if since is not None:

@@ -22,14 +22,16 @@ import msgspec
 
 from trainee import paths
 from trainee.errors import InvalidParams, InvalidState, NotFound
-from trainee.launch.layout import ProjectLayout, parse_session_id
+from trainee.ids import parse_session, session_id
+from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import is_secret_name
 from trainee.llm.settings import LlmSettings, load_settings
+from trainee.policies import POLICIES
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, journal_section
 from trainee.session.bus import EventBus
 from trainee.session.external_policy import ExternalPolicy
 from trainee.session.llm_policy import LlmPolicy
-from trainee.session.policy import POLICIES, Policy, RandomPolicy
+from trainee.session.policy import Policy, RandomPolicy
 from trainee.session.runner import SessionControl, SessionRunner
 from trainee.spec import ProjectSpec
 from trainee.store.db import Store
@@ -119,7 +121,7 @@ class SessionManager:
         if root in projects:
             return
         projects.append(root)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        paths.ensure_private_dir(self.state_dir)
         tmp = self.projects_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"projects": projects}, indent=2))
         os.replace(tmp, self.projects_file)
@@ -166,13 +168,13 @@ class SessionManager:
             else _seed(record)
         )
         if record.policy == "random":
-            return RandomPolicy(seed=seed)
+            return RandomPolicy(seed=seed, constraints=spec.constraints)
         if record.policy == "external":
-            return ExternalPolicy()
+            return ExternalPolicy(constraints=spec.constraints)
         if record.policy == "tpe":
             from trainee.session.optuna_policy import TpePolicy
 
-            return TpePolicy(seed=seed)
+            return TpePolicy(seed=seed, constraints=spec.constraints)
         if record.policy in ("llm", "hybrid"):
             settings = load_settings(record.env)
             journal = await self.journal(spec.project_root)
@@ -180,8 +182,8 @@ class SessionManager:
             if record.policy == "hybrid":
                 from trainee.session.hybrid_policy import HybridPolicy
 
-                return HybridPolicy(settings, parts, seed=seed)
-            return LlmPolicy(settings, parts)
+                return HybridPolicy(settings, parts, seed=seed, constraints=spec.constraints)
+            return LlmPolicy(settings, parts, constraints=spec.constraints)
         raise InvalidParams(
             f"decision policy {record.policy!r} is not available in this version",
             {"field": "policy", "reason": "not available"},
@@ -297,7 +299,7 @@ class SessionManager:
         public_env, secrets = split_secrets(env)
         record = SessionRecord(
             index=index,
-            id=f"session-{index:04d}",
+            id=session_id(index),
             project_root=root,
             status="running",
             stop_reason=None,
@@ -337,7 +339,7 @@ class SessionManager:
         async with self._project_lock(root):
             self._refuse_if_running(root)
             store = await self.store_for(root)
-            index = _index(session)
+            index = parse_session(session)
             await store.get_session(index)
             fields: dict[str, Any] = {
                 "status": "running",
@@ -360,7 +362,7 @@ class SessionManager:
         matches = [
             running
             for (r, idx), running in self._running.items()
-            if (root is None or r == root) and (session is None or idx == _index(session))
+            if (root is None or r == root) and (session is None or idx == parse_session(session))
         ]
         if not matches:
             raise NotFound(
@@ -388,6 +390,10 @@ class SessionManager:
     def running_sessions(self) -> list[SessionRecord]:
         return [r.runner.record for r in self._running.values()]
 
+    def monitor_pids(self) -> set[int]:
+        """Pids of the monitors of every round being launched or watched, all sessions."""
+        return {pid for r in self._running.values() for pid in r.runner.monitors.values()}
+
     def control_of(self, root: str, index: int) -> SessionControl | None:
         running = self._running.get((root, index))
         return running.control if running else None
@@ -397,13 +403,6 @@ def split_secrets(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     public = {k: v for k, v in env.items() if not is_secret_name(k)}
     secrets = {k: v for k, v in env.items() if is_secret_name(k)}
     return public, secrets
-
-
-def _index(session: str) -> int:
-    try:
-        return parse_session_id(session)
-    except ValueError as exc:
-        raise InvalidParams(str(exc), {"field": "session", "reason": "bad session id"}) from None
 
 
 def _seed(record: SessionRecord) -> int:

@@ -1,7 +1,11 @@
 """Wire types: the Params and Result Structs of every registry method, and events.
 
-Wire Structs accept unknown fields (a newer client may send more) and every
-field has a default where that makes sense, so old clients keep working.
+Every field has a default where that makes sense, so old clients keep working.
+The registry decodes params strictly (:meth:`trainee.api.registry.Method.decode_params`):
+a param a method does not take is refused with -32602 naming it (a typo is never
+ignored), an int is a JSON integer (``32.0`` is refused), and a ``SessionRef`` takes
+any form of :mod:`trainee.ids` (``1``, ``0001``, ``session-0001``) and arrives as
+``session-0001``. Results may grow fields: clients ignore the ones they do not know.
 Stdlib + msgspec only: the CLI may import this module.
 """
 
@@ -12,8 +16,18 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
+from trainee.ids import SESSION_PATTERN
+
 NonNegInt = Annotated[int, Meta(ge=0)]
 PosInt = Annotated[int, Meta(ge=1)]
+
+SESSION_META = Meta(
+    description="a session: session-0001, 0001 or 1",
+    extra_json_schema={"pattern": SESSION_PATTERN},
+)
+SessionRef = Annotated[str, SESSION_META]
+"""A param naming a session: the registry parses it with :func:`trainee.ids.canonical_session`
+and the handler gets the canonical ``session-0001``."""
 
 
 class Wire(msgspec.Struct, kw_only=True, omit_defaults=False):
@@ -68,7 +82,7 @@ class EventsWatchParams(Wire):
     """Stream events as ``events`` notifications on this connection."""
 
     since: NonNegInt | None = None
-    session: str | None = None
+    session: SessionRef | None = None
     kinds: list[str] | None = None
 
 
@@ -88,7 +102,7 @@ class EventsUnwatchResult(Wire):
 
 class EventsListParams(Wire):
     since: NonNegInt = 0
-    session: str | None = None
+    session: SessionRef | None = None
     limit: Annotated[int, Meta(ge=1, le=10_000)] = 1000
 
 
@@ -102,14 +116,14 @@ class EventsPublishParams(Wire):
     """An annotation from an outside tool, appended to the event stream."""
 
     kind: Annotated[str, Meta(pattern=r"^note(\.[a-z0-9_]+)*$")] = "note"
-    session: str | None = None
+    session: SessionRef | None = None
     data: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class LogsTailParams(Wire):
     """Read a round log from an offset, like Supervisor's tailProcessStdoutLog."""
 
-    session: str
+    session: SessionRef
     round: PosInt
     offset: int = -65536
     length: Annotated[int, Meta(ge=0, le=16 * 2**20)] = 65536
@@ -154,11 +168,26 @@ class ProjectUpdateContextParams(Wire):
     append: bool = False
 
 
-class ProviderUpdateParams(Wire):
+class ProviderFields(Wire, forbid_unknown_fields=True):
+    """One provider's saved fields: None leaves a field alone, "" clears it."""
+
+    model: str | None = None
+    api_key: str | None = None
+    base_url: str | None = None
+
+
+class ProviderUpdateParams(Wire, forbid_unknown_fields=True):
+    """``provider`` makes that provider the active one; ``model`` / ``api_key`` /
+    ``base_url`` belong to it. ``providers`` saves other providers without switching
+    (``{"openai_compatible": {"base_url": ..., "model": ...}}``), and ``failover`` is the
+    order in which they are tried when the active one fails. Unknown keys are an error."""
+
     provider: str | None = None
     model: str | None = None
     api_key: str | None = None
     base_url: str | None = None
+    providers: dict[str, ProviderFields] | None = None
+    failover: list[str] | None = None
     llm_timeout_sec: Annotated[float, Meta(gt=0)] | None = None
     llm_temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
 
@@ -173,7 +202,7 @@ class SystemPromptUpdateParams(Wire):
 
 class PromptPreviewParams(Wire):
     project_root: str | None = None
-    session: str | None = None
+    session: SessionRef | None = None
 
 
 class PromptPresetSaveParams(Wire):
@@ -187,19 +216,19 @@ class LoopStartParams(Wire):
     security_mode: str | None = None
     max_rounds: PosInt | None = None
     policy: str | None = None
-    resume: str | None = None
+    resume: SessionRef | None = None
     env: dict[str, str] | None = None
     cwd: str | None = None
 
 
 class SessionParams(Wire):
-    session: str | None = None
+    session: SessionRef | None = None
     project_root: str | None = None
 
 
 class RunsListParams(Wire):
     project_root: str | None = None
-    session: str | None = None
+    session: SessionRef | None = None
     limit: Annotated[int, Meta(ge=1, le=10_000)] = 100
 
 
@@ -212,6 +241,8 @@ class ProjectInitParams(Wire):
     project_root: str
     baseline_config: str | None = None
     force: bool = False
+    command: str | None = None
+    """The training command (split like a shell); its script or module must exist."""
     skip_provider_test: bool = False
     env: dict[str, str] | None = None
 
@@ -234,6 +265,8 @@ class DoctorParams(Wire):
     project_root: str
     skip_provider_test: bool = False
     env: dict[str, str] | None = None
+    policy: str | None = None
+    """The policy the session will use (``trainee run --policy``); default: decision.policy."""
 
 
 class DryRunParams(Wire):

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from trainee.ids import session_id
+
 __all__ = [
     "ROUND_STATUSES",
     "SESSION_STATUSES",
@@ -46,9 +48,8 @@ ROUND_STATUSES = frozenset(
 R = TypeVar("R", bound="Record")
 
 
-def format_session_id(index: int) -> str:
-    """``7`` -> ``session-0007`` (the same rule as ``trainee.launch.layout.session_id``)."""
-    return f"session-{index:04d}"
+format_session_id = session_id
+"""``7`` -> ``session-0007`` (:func:`trainee.ids.session_id`)."""
 
 
 class Record(msgspec.Struct, kw_only=True):
@@ -86,6 +87,8 @@ class SessionRecord(Record, kw_only=True):
     tokens: int = 0
     cost_usd: float = 0.0
     error: str | None = None
+    stop_detail: str | None = None
+    """What the policy said when it stopped the session (``stop_reason`` policy_stop)."""
 
     def __post_init__(self) -> None:
         expected = format_session_id(self.index)
@@ -176,6 +179,10 @@ class DecisionRecord(Record, kw_only=True):
     cost_usd: float | None = None
     latency_sec: float = 0.0
     created_at: float = msgspec.field(default_factory=time.time)
+    attempts: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    """Every request of the decision, in order (see ``Proposal.attempts``)."""
+    response_format: str | None = None
+    source: str = ""
 
 
 class MetricPointRecord(Record, kw_only=True):
