@@ -344,7 +344,10 @@ def describe_proposals(project: Project, proj: Any, tuning: Any, res: Result) ->
     specs = (proj.get("metrics") or {}).get("specs") or []
     if specs:
         first = specs[0]
-        kind = "val" if VALIDATION_RE.search(str(first.get("name", ""))) else "TRAIN"
+        name = str(first.get("name", ""))
+        kind = "val" if VALIDATION_RE.search(name) else "other"
+        if re.search(r"train", name, re.I) or name in ("loss", "total_loss"):
+            kind = "TRAIN"
         res.metric = f"{first.get('name')} [{first.get('source')}, {first.get('goal')}] ({kind})"
         if len(specs) > 1:
             res.metric += f" +{len(specs) - 1}"
@@ -477,7 +480,8 @@ def run_project(
 
     rc = step("dry-run", [t, "run", "--dry-run"])
     dry = log_text(Path(res.steps[-1].log)).splitlines()
-    res.dry_run = f"rc={rc}; " + (dry[2] if len(dry) > 2 else " ".join(dry[-3:]))
+    commands = [line for line in dry[1:] if line and not line.startswith(("#", "$ "))]
+    res.dry_run = f"rc={rc}; " + (commands[0] if commands else " ".join(dry[-3:]))
 
     argv = [t, "run", "--policy", "tpe", "--max-rounds", "3"]
     rc = step("run", argv, timeout=args.session_minutes * 60)
