@@ -187,7 +187,7 @@ def _read(project: Path, policy: str, budget: int, seconds: float) -> dict[str, 
     first = sum(1 for d in decisions if d["accepted"] and not d["repaired"])
     repaired = sum(1 for d in decisions if d["accepted"] and d["repaired"])
     invalid = sum(1 for d in decisions if not d["accepted"])
-    stops = sum(1 for d in decisions if d["plan"] and json.loads(d["plan"]).get("stop"))
+    stops = sum(1 for d in decisions if (json.loads(d["plan"] or "null") or {}).get("stop"))
     fallbacks = sum(1 for d in decisions if "optimizer fallback" in (d["source"] or ""))
     formats = sorted({d["response_format"] for d in decisions if d["response_format"]})
     metric = {r["index"]: r["primary_metric"] for r in rounds}

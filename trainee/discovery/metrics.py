@@ -38,6 +38,7 @@ import msgspec
 
 from trainee.discovery.scan import Entrypoint, _project_imports
 from trainee.spec import Goal, MetricSource, MetricSpec, ProjectFileSpec
+from trainee.spec.goals import infer_goal
 
 __all__ = [
     "MetricProposal",
@@ -118,15 +119,6 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-_MIN_WORDS = _words(
-    "loss losses nll ppl perplexity error err errors wer cer ter mae mse rmse mape smape "
-    "bpc bpb bpd kl kld fid distance dist cost regret logloss mlogloss"
-)
-_MAX_WORDS = _words(
-    "acc accuracy f1 fscore score bleu rouge rouge1 rouge2 rougel auc roc_auc auroc auprc "
-    "map map50 miou iou dice r2 top1 top5 acc1 acc5 precision recall psnr ssim reward "
-    "return mcc kappa spearman pearson exact em ndcg mrr hit hits correct"
-)
 _SPLIT_WORDS: dict[str, Split] = {
     **dict.fromkeys(("val", "valid", "validation", "eval", "evaluation", "dev"), "validation"),
     **dict.fromkeys(("test", "testing", "heldout"), "test"),
@@ -146,25 +138,11 @@ def _tokens(name: str) -> list[str]:
     return [t for t in re.split(r"[^a-z0-9]+", name.lower()) if t]
 
 
-def _goal_word(token: str) -> Literal["min", "max"] | None:
-    if token in _MIN_WORDS:
-        return "min"
-    if token in _MAX_WORDS or re.fullmatch(r"(?:acc|top|hit|recall|map)\d+", token):
-        return "max"
-    if re.fullmatch(r"rouge[0-9l]+|bleu\d|f\d|map\d+", token):
-        return "max"
-    return None
-
-
 def metric_goal(name: str) -> Literal["min", "max"] | None:
-    """``min`` for losses and errors (loss, ppl, error, wer, cer, mae, mse, rmse ...),
-    ``max`` for scores (acc, f1, bleu, rouge, auc, map, iou, dice, r2 ...), from the
-    last word of ``name`` that says; None when no word does."""
-    for token in reversed(_tokens(name)):
-        goal = _goal_word(token)
-        if goal is not None:
-            return goal
-    return None
+    """``min`` for losses and errors, ``max`` for scores, None when the name does not
+    say: :func:`trainee.spec.goals.infer_goal`, the one reading of a metric's name."""
+    goal = infer_goal(name)
+    return None if goal is None else goal.value
 
 
 def metric_split(name: str) -> Split:

@@ -1369,12 +1369,22 @@ def apply_suggestions(
         written.append(s.name)
     names = {p.name for p in params}
     kept = [] if replace else list(tuning.constraints)
-    added = [
-        c.expr
-        for c in constraints or []
-        if c.expr not in kept
-        and all(w in names for w in _EXPR_TOKEN.findall(c.expr) if _is_name(w))
-    ]
+    added: list[str] = []
+    for c in constraints or []:
+        if c.expr in kept or c.expr in added:
+            continue
+        if not all(w in names for w in _EXPR_TOKEN.findall(c.expr) if _is_name(w)):
+            continue
+        try:  # the loader's checks: it parses, names params with values, the baseline keeps it
+            check_project(
+                root_path,
+                project,
+                TuningFileSpec(params=tuple(params), constraints=(*kept, *added, c.expr)),
+            )
+        except ConfigError as exc:
+            skipped.append(Skipped(name=c.expr, reason=exc.reason or exc.message))
+            continue
+        added.append(c.expr)
     if written or replace or added:
         save_project_files(
             root_path,

@@ -11,6 +11,7 @@ import pytest
 from trainee.discovery.init import init_project
 from trainee.discovery.scan import discover
 from trainee.discovery.tunables import (
+    ConstraintSuggestion,
     Suggestion,
     SuggestionReport,
     apply_suggestions,
@@ -343,7 +344,8 @@ def test_configurator_bools_use_equals_style(make_layout: Callable[[str], Path])
     assert got["learning_rate"].flag == "--learning_rate"
     assert got["learning_rate"].description == "max learning rate"
     excluded = {e.key: e.reason for e in report.excluded}
-    assert "runtime numerics" in excluded["--compile"]
+    # init pins compile off on a machine without a GPU; with one it is left out as numerics
+    assert any(w in excluded["--compile"] for w in ("launch.args", "runtime numerics"))
     assert "run.fixed_args" in excluded["--max_iters"]
 
 
@@ -517,6 +519,34 @@ def test_apply_skips_a_param_the_project_rejects(tmp_path: Path) -> None:
     assert len(result.skipped) == 1 and "max_value" in result.skipped[0].reason
 
 
+def test_apply_skips_a_constraint_the_loader_would_refuse(tmp_path: Path) -> None:
+    root = copy_example("mlp-flags", tmp_path)
+    init_project(root)
+    hidden = Suggestion(name="hidden", source="flag", flag="--hidden", type="int", reason="x")
+    batch = Suggestion(
+        name="batch_size", source="flag", flag="--batch-size", type="int", default=16, reason="x"
+    )
+    result = apply_suggestions(
+        root,
+        [hidden, batch],
+        constraints=[
+            ConstraintSuggestion(expr="hidden % 2 == 0", reason="assert in train.py"),
+            ConstraintSuggestion(expr="batch_size % 8 == 0 or batch_size == true", reason="x"),
+            ConstraintSuggestion(expr="batch_size % 3 == 0", reason="x"),
+        ],
+    )
+    assert result.written == ["hidden", "batch_size"]
+    assert result.constraints == ["batch_size % 8 == 0 or batch_size == true"]
+    assert [(s.name, s.reason.split(";")[0].split(" (")[0]) for s in result.skipped] == [
+        ("hidden % 2 == 0", "param 'hidden' has no baseline value"),
+        (
+            "batch_size % 3 == 0",
+            "the baseline breaks it: `batch_size % 3 == 0` does not hold for batch_size=16",
+        ),
+    ]
+    assert load_project(root).constraints[0].text == "batch_size % 8 == 0 or batch_size == true"
+
+
 def test_discover_tunables_needs_a_valid_project(tmp_path: Path) -> None:
     before = snapshot(tmp_path)
     with pytest.raises(ConfigError, match="trainee init"):
@@ -540,7 +570,7 @@ def test_discover_tunables_without_apply_writes_nothing(tmp_path: Path) -> None:
     ("key", "value", "why"),
     [
         ("something", 0.0, "no known range (default 0.0)"),
-        ("warmup_steps", 0, "no known range (default 0)"),
+        ("warmup_steps", 0, "a training budget"),  # a schedule length: pinned, never tuned
         ("sample_only", False, "is a mode switch"),
         ("eval_only", False, "is a mode switch"),
         ("init_from", "scratch", "names where training starts"),
