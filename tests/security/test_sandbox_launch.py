@@ -164,3 +164,43 @@ def test_a_round_launched_with_the_old_layout_is_still_readopted(tmp_path: Path)
     assert "re-adopting its monitor" in log
     assert starts(project, 1) == 1
     assert_no_orphans(project)
+
+
+def test_monitor_pids_names_the_running_round_monitors(tmp_path: Path) -> None:
+    """What the daemon's socket uses to refuse peers that descend from a round."""
+    import os
+    import sys
+
+    import anyio
+
+    from trainee.launch.layout import ProjectLayout
+    from trainee.monitor.process import (
+        is_alive,
+        monitor_pids,
+        request_stop,
+        spawn_round,
+        wait_exit,
+    )
+
+    rnd = ProjectLayout.for_root(tmp_path / "proj", env={}).session(1).round(1)
+
+    async def go() -> None:
+        handle = await spawn_round(
+            [sys.executable, "-c", "import time; time.sleep(30)"],
+            env={"PATH": os.environ["PATH"]},
+            cwd=str(tmp_path),
+            rnd=rnd,
+            timeout_sec=60,
+            grace_sec=0,
+        )
+        found = monitor_pids()
+        request_stop(handle)
+        with anyio.fail_after(30):
+            await wait_exit(handle)
+        assert handle.pid in found and os.getpid() not in found
+        with anyio.fail_after(30):
+            while is_alive(handle):  # exit.json is written just before the monitor exits
+                await anyio.sleep(0.02)
+        assert handle.pid not in monitor_pids()
+
+    anyio.run(go)

@@ -714,8 +714,10 @@ class SessionRunner:
             stray = backend.unrecorded(job)
         except Exception:
             stray = None
-        if stray is not None and stray.token == token:
+        if stray is not None and stray.token == token and await _adoptable(backend, stray, job):
             return stray
+        # nothing to watch (yet): take the launch's claim first, so that whatever of it
+        # may still start (a monitor starting late, a job still queued) never runs
         claim = await anyio.to_thread.run_sync(revoke_launch, rnd, token)
         if claim is None:
             return None
