@@ -306,11 +306,17 @@ class Extractor:
         self._placeholders = dict(placeholders)
         self._root = os.path.normpath(os.path.abspath(project_root))
         # metric files are the job's: read only inside the project (and its .trainee/,
-        # wherever that lives), never through a link leading elsewhere
+        # wherever that lives) and the round's own folders, never through a link leading
+        # elsewhere
+        folders = ("trainee_dir", "session_dir", "round_dir", "outputs_dir")
         self._within = (
             list(within)
             if within is not None
-            else [self._root, os.path.realpath(os.path.join(self._root, ".trainee"))]
+            else [
+                self._root,
+                os.path.join(self._root, ".trainee"),
+                *(self._placeholders[k] for k in folders if k in self._placeholders),
+            ]
         )
         self._series: list[_Series] = []
         self._output_rules: list[_Rule] = []
