@@ -387,7 +387,7 @@ def hydra_overrides(project: ProjectFileSpec, ep: Entrypoint | None = None) -> l
     has no leading dash (rendered ``flag=value``)."""
     from trainee.discovery.scan import script_index
 
-    words = list(project.launch.command)
+    words = list(project.launch.command or ())
     start = script_index(ep, words) if ep is not None else None
     rest = words[start + 1 :] if start is not None else words[1:]
     out = [w for w in rest if "=" in w and not w.startswith("-")]
