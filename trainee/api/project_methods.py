@@ -17,6 +17,7 @@ from trainee.errors import ConfigError, InvalidParams
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import config_diff, render_round
 from trainee.launch.sandbox import check_bwrap
+from trainee.policies import needs_provider
 from trainee.session.doctor import DoctorReport, run_doctor
 from trainee.spec import (
     ProjectFileSpec,
@@ -25,6 +26,7 @@ from trainee.spec import (
     TuningFileSpec,
     check_project,
     load_project,
+    load_project_file,
     save_project_files,
 )
 from trainee.spec import wire as w
@@ -53,18 +55,33 @@ def project_root_of(ctx: CallContext, given: str | None) -> str:
     return os.path.realpath(given)
 
 
+def project_policy(root: str) -> str:
+    """The project's ``decision.policy`` (``llm`` when project.yaml is missing or invalid:
+    the setup commands report that file's problems themselves)."""
+    try:
+        return str(load_project_file(Path(root) / ".trainee" / "project.yaml").decision.policy)
+    except (ConfigError, OSError):
+        return "llm"
+
+
 async def _provider_test(
-    ctx: CallContext, skip: bool, env: dict[str, str] | None = None
+    ctx: CallContext, skip: bool, env: dict[str, str] | None, policy: str
 ) -> dict[str, Any]:
+    """The provider's live test as init and prepare report it: ``needed`` says whether
+    the project's policy asks a provider (a failed test then fails the command)."""
+    needed = needs_provider(policy)
+    base: dict[str, Any] = {"policy": policy, "needed": needed}
     if skip:
-        return {"skipped": True}
-    from trainee.llm.client import live_test
+        return {**base, "skipped": True, "reason": "--skip-provider-test"}
+    if not needed:
+        return {**base, "skipped": True, "reason": f"policy {policy} needs no provider"}
+    from trainee.llm.client import live_test_all
     from trainee.llm.settings import load_settings
 
     settings = load_settings(env or dict(os.environ))
     if settings.provider == "none":
-        return {"ok": False, "provider": "none", "error": "no LLM provider configured"}
-    return await live_test(settings)
+        return {**base, "ok": False, "provider": "none", "error": "no LLM provider is configured"}
+    return {**base, **await live_test_all(settings)}
 
 
 class InitOutput(msgspec.Struct, kw_only=True):
@@ -82,6 +99,8 @@ async def project_init(ctx: CallContext, params: w.ProjectInitParams) -> InitOut
     runs/, artifacts/ and a .gitignore. Existing files are kept and reported as
     kept; with ``force`` project.yaml is regenerated but fields the user
     changed are kept (``kept_fields``) or listed with a backup (``replaced_fields``).
+    ``provider_test`` is the live test of the LLM provider when the project's decision
+    policy needs one (``needed``).
     """
     root = project_root_of(ctx, params.project_root)
     result = await anyio.to_thread.run_sync(
@@ -93,9 +112,10 @@ async def project_init(ctx: CallContext, params: w.ProjectInitParams) -> InitOut
             env=params.env,
         )
     )
+    policy = await anyio.to_thread.run_sync(project_policy, root)
     return InitOutput(
         init=result,
-        provider_test=await _provider_test(ctx, params.skip_provider_test, params.env),
+        provider_test=await _provider_test(ctx, params.skip_provider_test, params.env, policy),
     )
 
 
@@ -113,9 +133,10 @@ async def project_prepare(ctx: CallContext, params: w.ProjectPrepareParams) -> P
     """
     root = project_root_of(ctx, params.project_root)
     result = await anyio.to_thread.run_sync(lambda: prepare_project(root, replace=params.replace))
+    policy = await anyio.to_thread.run_sync(project_policy, root)
     return PrepareOutput(
         prepare=result,
-        provider_test=await _provider_test(ctx, params.skip_provider_test, params.env),
+        provider_test=await _provider_test(ctx, params.skip_provider_test, params.env, policy),
     )
 
 

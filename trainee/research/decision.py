@@ -44,10 +44,12 @@ __all__ = [
     "params_equal",
     "parse_plan",
     "parse_plans",
+    "placeholder_problem",
     "plan_field",
     "plan_json_schema",
     "plans_json_schema",
     "repair_message",
+    "resolve_stop",
     "suggest_name",
     "validate_plan",
     "validate_plans",
@@ -149,8 +151,14 @@ def plan_field(index: int, field: str) -> str:
 # -- schema ------------------------------------------------------------------------------
 
 
-def plan_json_schema(tunables: Sequence[TunableSpec]) -> dict[str, Any]:
-    """The JSON schema of a plan for these tunables (sent to providers that support it)."""
+def plan_json_schema(
+    tunables: Sequence[TunableSpec], *, metric: str | None = None
+) -> dict[str, Any]:
+    """The JSON schema of a plan for these tunables (sent to providers that support it).
+
+    Its texts name no example value: a weak model copies examples (a hard-coded
+    "val_loss < 0.25" became a stop_reason in a project without val_loss)."""
+    name = metric or "the primary metric"
     props: dict[str, Any] = {}
     for t in tunables:
         props[t.name] = _param_schema(t)
@@ -176,24 +184,33 @@ def plan_json_schema(tunables: Sequence[TunableSpec]) -> dict[str, Any]:
             },
             "expected": {
                 "type": "string",
-                "description": "The success criterion: a number or direction for the "
-                "primary metric, e.g. 'val_loss < 0.25' or 'val_loss decreases by 5%'.",
+                "description": f"The success criterion: a threshold or a direction for {name}.",
             },
-            "stop": {"type": "boolean", "description": "true to end the session."},
+            "stop": {
+                "type": "boolean",
+                "description": "false to run this change; true (with params {}) to end the "
+                "session.",
+            },
             "stop_reason": {
                 "type": "string",
-                "description": "Why the session should stop (required when stop is true).",
+                "description": "Why the session should stop (only when stop is true).",
             },
         },
         "required": list(PLAN_KEYS),
         "additionalProperties": False,
+        # for servers that generate under a grammar made from the schema (llama.cpp):
+        # these texts may not be empty (trainee.llm.client.grammar_schema)
+        "x-non-empty": ["hypothesis", "change_summary", "expected"],
     }
 
 
-def plans_json_schema(tunables: Sequence[TunableSpec], k: int) -> dict[str, Any]:
-    """The JSON schema of a k-plan answer: ``{"plans": [plan, ...]}``, 1 to k plans."""
+def plans_json_schema(
+    tunables: Sequence[TunableSpec], k: int, *, metric: str | None = None
+) -> dict[str, Any]:
+    """The JSON schema of a k-plan answer: ``{"plans": [plan, ...]}``, exactly k plans
+    (what validation asks for)."""
     k = max(1, k)
-    item = plan_json_schema(tunables)
+    item = plan_json_schema(tunables, metric=metric)
     return {
         "title": "DecisionPlans",
         "type": "object",
@@ -203,7 +220,7 @@ def plans_json_schema(tunables: Sequence[TunableSpec], k: int) -> dict[str, Any]
                 "description": f"Exactly {k} plans with different hypotheses; each one is run "
                 "as its own round, at the same time as the others.",
                 "items": item,
-                "minItems": 1,
+                "minItems": k,
                 "maxItems": k,
             },
         },
@@ -623,6 +640,62 @@ def _unknown_reason(name: str, tunables: Sequence[TunableSpec]) -> str:
 # -- validation --------------------------------------------------------------------------
 
 
+_PLACEHOLDER = re.compile(
+    r"^(?:[\W_]*|<[^<>]*>|\{\{?\w+\}?\}|(?:todo|tbd|tba|n/?a|none|null|string|text|"
+    r"placeholder|example|reason|hypothesis|change[ _]summary|expected|x{3,}|\.\.\.|\u2026)"
+    r"[\W_]*)$",
+    re.IGNORECASE,
+)
+"""Texts that are no answer: empty, punctuation only (``...``, ``-``), a ``<...>`` or
+``{name}`` template slot, or a bare word such as ``TODO``, ``string``, ``hypothesis``."""
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.sub(r"[^\w%<>=.]+", " ", text.lower()).split()).strip(" .")
+
+
+_TEMPLATE_TEXTS: frozenset[str] = frozenset(
+    _plain(t)
+    for t in (
+        "Why this change should improve the primary metric, given the evidence so far.",
+        "The change in a few words, and why it beats the alternatives.",
+        "The success criterion: a threshold or a direction for the primary metric.",
+        "Why the session should stop (only when stop is true).",
+        "why this change should help, given the evidence above",
+        "the change in a few words, and why it beats the alternatives",
+        "the success criterion as a number or direction",
+        "why the session should end",
+    )
+)
+"""The schema's and the prompt's own descriptions: an answer that copies one is a copy."""
+
+
+def placeholder_problem(text: str) -> str | None:
+    """Why ``text`` is no real answer (empty, a template slot or the template's own
+    wording copied), or None. Used for hypothesis, change_summary, expected and
+    stop_reason: a weak model copies ``"..."`` from the answer example."""
+    flat = " ".join(str(text).split())
+    if not flat:
+        return "must not be empty"
+    if _PLACEHOLDER.match(flat):
+        return f"{_show(flat)} is a placeholder, not an answer: write it for this change"
+    if _plain(flat) in _TEMPLATE_TEXTS:
+        return "copies the template's description: write it for this change"
+    return None
+
+
+def resolve_stop(plan: DecisionPlan) -> tuple[DecisionPlan, str | None]:
+    """A plan that says ``stop`` but also changes parameters is a change: the change runs
+    (the stop is asked again after it). Returns the plan to validate and a note."""
+    if plan.stop and plan.params:
+        note = (
+            "the answer set stop to true but also proposed a change: the change runs, "
+            "and stopping is asked again after it"
+        )
+        return msgspec.structs.replace(plan, stop=False), note
+    return plan, None
+
+
 def validate_plan(
     plan: DecisionPlan,
     tunables: Sequence[TunableSpec],
@@ -631,22 +704,34 @@ def validate_plan(
     tried: Iterable[dict[str, Any]],
     rejected: Iterable[dict[str, Any]],
     constraints: Sequence[Constraint] = (),
+    stop_refused: str | None = None,
 ) -> list[Problem]:
     """Every rule the plan breaks (empty list = runnable).
 
     ``tried`` and ``rejected`` hold full effective parameter dicts of earlier rounds.
     The full point (the baseline overlaid with the plan's params) must keep every one of
     ``constraints`` (tuning.yaml's; a broken one is the problem ``constraints[i]``).
+    ``stop_refused``: why a stop is not honoured now (the session has not run
+    ``decision.min_rounds`` rounds yet); None when stopping is allowed.
     """
     problems: list[Problem] = []
     by_name = {t.name: t for t in tunables}
     if plan.stop:
-        if not plan.stop_reason.strip():
-            problems.append(Problem("stop_reason", "required when stop is true"))
+        if stop_refused is not None:
+            problems.append(Problem("stop", stop_refused))
+        elif (why := placeholder_problem(plan.stop_reason)) is not None:
+            problems.append(
+                Problem(
+                    "stop_reason",
+                    f"{why} (required when stop is true); or set stop to false and "
+                    "propose a change to run it",
+                )
+            )
     else:
         for key in ("hypothesis", "change_summary", "expected"):
-            if not str(getattr(plan, key)).strip():
-                problems.append(Problem(key, "must not be empty"))
+            why = placeholder_problem(str(getattr(plan, key)))
+            if why is not None:
+                problems.append(Problem(key, why))
         if not plan.params:
             problems.append(
                 Problem(
@@ -696,6 +781,7 @@ def validate_plans(
     tried: Iterable[dict[str, Any]],
     rejected: Iterable[dict[str, Any]],
     constraints: Sequence[Constraint] = (),
+    stop_refused: str | None = None,
 ) -> list[list[Problem]]:
     """Every rule each plan of a batch breaks, one list per plan (None: nothing to check).
 
@@ -718,6 +804,7 @@ def validate_plans(
             tried=tried,
             rejected=rejected,
             constraints=constraints,
+            stop_refused=stop_refused,
         )
         if plan.stop or not plan.params:
             out.append(problems)
@@ -766,10 +853,11 @@ def params_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
 # -- repair ------------------------------------------------------------------------------
 
 
-def repair_message(problems: list[Problem], *, plans: int = 1) -> str:
+def repair_message(problems: list[Problem], *, plans: int = 1, stop_allowed: bool = True) -> str:
     """The one repair request: every problem, the rules again, corrected JSON only.
 
     With ``plans`` > 1 it asks for the corrected ``{"plans": [...]}`` answer of a batch.
+    ``stop_allowed`` False: the session may not stop yet, so the request offers no stop.
     """
     batch = plans > 1
     if batch:
@@ -806,9 +894,16 @@ def repair_message(problems: list[Problem], *, plans: int = 1) -> str:
     if not batch:
         lines.append("- Do not repeat a parameter set that was already tried or rejected.")
     lines += [
-        "- expected states the success criterion for the primary metric (a number or a direction).",
-        "- To end the session set stop to true and give a stop_reason"
-        + (" (one plan is enough)." if batch else "."),
+        "- hypothesis, change_summary and expected are your own words for this change "
+        '(no placeholders such as "..."); expected states the success criterion for the '
+        "primary metric (a threshold or a direction).",
+        "- Set stop to false to run a change."
+        + (
+            " To end the session instead: stop true, params {} and a stop_reason"
+            + (", in every plan." if batch else ".")
+            if stop_allowed
+            else " Stopping is not allowed yet: propose a change."
+        ),
         "",
         "Reply with the corrected JSON object only.",
     ]

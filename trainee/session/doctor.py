@@ -24,7 +24,7 @@ from trainee.metrics.extract import Extractor
 from trainee.metrics.tb_source import INSTALL_HINT as TB_INSTALL_HINT
 from trainee.metrics.tb_source import tensorboard_available
 from trainee.monitor.tail import INDEX_SUFFIX, READ_CAP, FileTail
-from trainee.session.policy import POLICIES
+from trainee.policies import POLICIES, needs_provider
 from trainee.spec import (
     Environment,
     MetricSource,
@@ -347,14 +347,14 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
             "live test skipped (--skip-provider-test)",
             "run trainee doctor without it before trainee run",
         )
-    if policy in ("random", "tpe", "external"):
+    if not needs_provider(policy):
         return _check("provider", "pass", f"policy {policy} needs no provider")
-    from trainee.llm.client import live_test
+    from trainee.llm.client import live_test_all
     from trainee.llm.settings import load_settings
 
     try:
         settings = load_settings(env)
-        result = await live_test(settings)
+        result = await live_test_all(settings)
     except (ProviderError, ConfigError) as exc:
         return _check(
             "provider",
@@ -366,7 +366,15 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
         return _check(
             "provider", "fail", str(result.get("error")), "check the provider settings and key"
         )
-    return _check("provider", "pass", f"{result.get('provider')} {result.get('model')} answered")
+    detail = (
+        f"{result.get('provider')} {result.get('model')} answered a structured request "
+        f"({result.get('response_format')})"
+    )
+    if result.get("refused_formats"):
+        detail += f"; refused: {', '.join(map(str, result['refused_formats']))}"
+    if result.get("note"):
+        return _check("provider", "warn", f"{detail}; {result['note']}", "fix the active provider")
+    return _check("provider", "pass", detail)
 
 
 async def check_backend(spec: ProjectSpec, env: Mapping[str, str]) -> Check:

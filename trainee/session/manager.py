@@ -26,11 +26,12 @@ from trainee.ids import parse_session, session_id
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import is_secret_name
 from trainee.llm.settings import LlmSettings, load_settings
+from trainee.policies import POLICIES
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, journal_section
 from trainee.session.bus import EventBus
 from trainee.session.external_policy import ExternalPolicy
 from trainee.session.llm_policy import LlmPolicy
-from trainee.session.policy import POLICIES, Policy, RandomPolicy
+from trainee.session.policy import Policy, RandomPolicy
 from trainee.session.runner import SessionControl, SessionRunner
 from trainee.spec import ProjectSpec
 from trainee.store.db import Store
@@ -120,7 +121,7 @@ class SessionManager:
         if root in projects:
             return
         projects.append(root)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        paths.ensure_private_dir(self.state_dir)
         tmp = self.projects_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"projects": projects}, indent=2))
         os.replace(tmp, self.projects_file)

@@ -329,7 +329,10 @@ class TpePolicy:
                 trial = study.ask(dict(space))
                 params = _rounded(trial.params, space)
                 plan = DecisionPlan(
-                    hypothesis="TPE suggestion", change_summary="-", params=params, expected="-"
+                    hypothesis="TPE suggestion",
+                    change_summary="the optimizer's next point",
+                    params=params,
+                    expected="unknown until it runs",
                 )
                 problems = validate_plan(
                     plan,
@@ -444,7 +447,12 @@ class TpePolicy:
             if len(out) >= k:
                 break
             params = {n: v for n, v in sample_point(tunables, rng).items() if n in names}
-            plan = DecisionPlan(hypothesis="-", change_summary="-", params=params, expected="-")
+            plan = DecisionPlan(
+                hypothesis="TPE suggestion",
+                change_summary="the optimizer's next point",
+                params=params,
+                expected="unknown until it runs",
+            )
             if not validate_plan(
                 plan,
                 tunables,

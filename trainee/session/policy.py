@@ -22,8 +22,6 @@ from trainee.research.state import ResearchState, RoundSummary
 from trainee.spec import ParamType, TunableSpec
 from trainee.spec.constraints import Constraint
 
-POLICIES = ("llm", "random", "tpe", "hybrid", "external")
-
 MAX_DRAWS = 200
 """Random draws per decision before the space counts as exhausted (untried points that
 keep the constraints)."""
@@ -51,6 +49,12 @@ class Proposal:
     ``S2 modified``, ``own`` (the LLM rejected the suggestions) or ``stop``."""
     suggestions: list[dict[str, Any]] = field(default_factory=list)
     """hybrid only: the optimizer's suggestions shown to the LLM, in order (S1, S2, ...)."""
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    """llm / hybrid: every request of this decision, in order (negotiation steps, failover,
+    the repair): provider, model, url, response_format, ok, status, kind, error,
+    latency_sec, tokens, and for an answer its ``answer`` text and ``problems``."""
+    response_format: str | None = None
+    """llm / hybrid: the response format the answer came in (json_schema, json_object, text)."""
 
 
 class Policy(Protocol):

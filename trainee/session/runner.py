@@ -44,6 +44,7 @@ from trainee.monitor.process import ExitInfo
 from trainee.monitor.tail import Line, tail_files
 from trainee.research.decision import params_diff
 from trainee.research.state import (
+    DecisionBudget,
     ResearchState,
     RoundSummary,
     new_state,
@@ -53,7 +54,7 @@ from trainee.research.state import (
 from trainee.session.bus import EventBus
 from trainee.session.hints import failure_hint
 from trainee.session.policy import Policy, Proposal, full_params, propose_batch
-from trainee.spec import ProjectSpec, SecurityMode, load_project
+from trainee.spec import ProjectSpec, SecurityMode, load_project, min_rounds_of
 from trainee.spec.wire import Event
 from trainee.store.db import Store
 from trainee.store.export import write_ledgers, write_report, write_research_state
@@ -131,6 +132,9 @@ class SessionRunner:
         self._failure_tail: list[str] = []
         self.monitors: dict[int, int] = {}
         """Round index -> pid of its monitor, for the rounds being launched or watched."""
+        self._stop_detail: str | None = None
+        self._decision_ids: dict[int, int] = {}
+        """round index -> the id of the decision that chose it (rounds.decision_id)"""
 
     # -- events ----------------------------------------------------------------
 
@@ -248,12 +252,17 @@ class SessionRunner:
             else:
                 step = max((r.batch for r in done), default=0) + 1
                 slots = self._slots(spec, done)
+                assert self.state is not None
+                self.state = msgspec.structs.replace(
+                    self.state, budget=self._decision_budget(spec, done, index)
+                )
                 proposals = await self._decide(policy, spec, index, slots, baseline_params)
                 if proposals is None or self.control.stop_requested.is_set():
                     return self.control.stop_reason, None
                 stop = next((p for p in proposals if p.plan.stop), None)
                 if stop is not None:
-                    return "policy_stop", stop.plan.stop_reason
+                    self._stop_detail = stop.plan.stop_reason or None
+                    return "policy_stop", None
                 plans = [(p, full_params(baseline_params, p.plan)) for p in proposals]
                 for i, (p, params) in enumerate(plans):
                     assert p is not None
@@ -330,6 +339,10 @@ class SessionRunner:
         request dropped the decision."""
         assert self.state is not None
         proposals: list[Proposal] | None = None
+        self.emit(
+            "decision.started",
+            {"round": index, "policy": self.record.policy, "slots": slots, "at": time.time()},
+        )
         with anyio.CancelScope() as scope:
             self.control.decision_scope = scope
             try:
@@ -424,6 +437,27 @@ class SessionRunner:
             max_usd=getattr(llm, "max_usd", None) if llm is not None else None,
         )
 
+    def _decision_budget(
+        self, spec: ProjectSpec, done: list[RoundRecord], index: int
+    ) -> DecisionBudget:
+        """Round n of N, what is left of the budgets, and when a policy stop counts."""
+        finished = len([r for r in done if r.status in FINISHED and r.status != "stopped"])
+        budgets = self._budgets(spec)
+        seconds_left = None
+        if budgets.max_session_minutes is not None:
+            seconds_left = budgets.max_session_minutes * 60 - (time.time() - self.record.created_at)
+        return DecisionBudget(
+            round=index,
+            max_rounds=self.record.max_rounds,
+            finished=finished,
+            min_rounds=min_rounds_of(spec.decision.min_rounds, self.record.max_rounds),
+            seconds_left=seconds_left,
+            tokens_left=None
+            if budgets.max_tokens is None
+            else budgets.max_tokens - self.record.tokens,
+            usd_left=None if budgets.max_usd is None else budgets.max_usd - self.record.cost_usd,
+        )
+
     # -- state -------------------------------------------------------------------
 
     def _rebuild_state(self, spec: ProjectSpec, rounds: list[RoundRecord]) -> ResearchState:
@@ -458,7 +492,7 @@ class SessionRunner:
     # -- decisions ------------------------------------------------------------------
 
     async def _record_decision(self, index: int, p: Proposal, *, accepted: bool = True) -> None:
-        await self.store.add_decision(
+        saved = await self.store.add_decision(
             DecisionRecord(
                 id=0,
                 session=self.record.index,
@@ -477,9 +511,14 @@ class SessionRunner:
                 cost_usd=p.cost_usd,
                 latency_sec=p.latency_sec,
                 created_at=time.time(),
+                attempts=p.attempts,
+                response_format=p.response_format,
+                source=p.source,
             ),
             debug=self._debug_recording(),
         )
+        if accepted:
+            self._decision_ids[index] = saved.id
         tokens = self.record.tokens + p.prompt_tokens + p.completion_tokens
         cost = self.record.cost_usd + (p.cost_usd or 0.0)
         self.record = await self.store.update_session(
@@ -509,6 +548,13 @@ class SessionRunner:
             "stop": p.plan.stop,
             "stop_reason": p.plan.stop_reason,
             "repaired": p.repaired,
+            "response_format": p.response_format,
+            "attempts": len(p.attempts),
+            "failed_attempts": [
+                {k: a.get(k) for k in ("provider", "model", "url", "kind", "status", "error")}
+                for a in p.attempts
+                if not a.get("ok") and a.get("kind") != "refused_format"
+            ],
         }
 
     # -- rounds ------------------------------------------------------------------------
@@ -528,7 +574,7 @@ class SessionRunner:
             status="pending",
             params=params,
             diff=params_diff(dict(baseline), params),
-            decision_id=None,
+            decision_id=self._decision_ids.pop(index, None) if p is not None else None,
             hypothesis=p.plan.hypothesis if p else "baseline",
             expected=p.plan.expected if p else "",
             verdict=None,
@@ -1013,6 +1059,7 @@ class SessionRunner:
             "status": status,
             "stop_reason": stop_reason,
             "error": error,
+            "stop_detail": self._stop_detail,
             "finished_at": time.time(),
         }
         with anyio.CancelScope(shield=True):
@@ -1031,6 +1078,8 @@ class SessionRunner:
                     "status": status,
                     "stop_reason": stop_reason,
                     "error": error,
+                    "stop_detail": self._stop_detail,
+                    "policy": self.record.policy,
                     "best_round": state.best.index if state and state.best else None,
                     "best_metric": state.best.metric if state and state.best else None,
                     "best_params": state.best.params if state and state.best else None,

@@ -9,7 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainee.spec.args import render_arg, render_override_value, render_param, render_value
+from trainee.spec.args import (
+    format_float,
+    render_arg,
+    render_override_value,
+    render_param,
+    render_value,
+)
 from trainee.spec.compile import (
     PATH_PLACEHOLDERS,
     ParamSource,
@@ -46,6 +52,7 @@ from trainee.spec.files import (
     TuningFileSpec,
     Value,
     decode_file,
+    min_rounds_of,
     struct_to_yaml_data,
 )
 from trainee.spec.placeholders import ARG_PLACEHOLDERS, SHELL_PLACEHOLDERS, expand
@@ -88,9 +95,11 @@ __all__ = [
     "check_project",
     "decode_file",
     "expand",
+    "format_float",
     "load_project",
     "load_project_file",
     "load_tuning_file",
+    "min_rounds_of",
     "read_config_value",
     "render_arg",
     "render_override_value",

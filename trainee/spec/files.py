@@ -47,6 +47,7 @@ __all__ = [
     "decode_file",
     "format_field",
     "line_of",
+    "min_rounds_of",
     "struct_to_yaml_data",
 ]
 
@@ -188,10 +189,20 @@ class DecisionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     ``hybrid`` (the LLM choosing among the optimizer's suggestions) or ``external``
     (an agent submits each plan through plan_submit / round_run); ``seed`` makes
     the optimizers reproducible (default: the session's number, so a new session
-    does not repeat the last one's points)."""
+    does not repeat the last one's points); ``min_rounds``: an LLM's stop is honoured
+    only once this many rounds have run, the baseline included (default: a third of
+    max_rounds, at least 2; see :func:`min_rounds_of`)."""
 
     policy: Literal["llm", "tpe", "random", "hybrid", "external"] = "llm"
     seed: Annotated[int, Meta(ge=0)] | None = None
+    min_rounds: Annotated[int, Meta(ge=1)] | None = None
+
+
+def min_rounds_of(configured: int | None, max_rounds: int) -> int:
+    """Rounds that must have run before an LLM may stop the session: ``decision.min_rounds``,
+    else a third of ``max_rounds`` (rounded up) and at least 2; never more than max_rounds."""
+    wanted = configured if configured is not None else max(2, -(-max_rounds // 3))
+    return max(1, min(wanted, max_rounds))
 
 
 class OutputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

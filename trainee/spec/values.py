@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from trainee.spec.args import format_float
 from trainee.spec.files import ParamType
 
 if TYPE_CHECKING:
@@ -67,14 +68,21 @@ def value_problem(spec: TunableSpec, value: Any) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return f"must be a finite number, got {value}"
     if spec.type == ParamType.INT and isinstance(value, float) and not value.is_integer():
-        return f"must be an integer, got {value!r}"
+        return f"must be an integer, got {format_value(value)}"
     lo, hi = spec.min_value, spec.max_value
+    shown = format_value(value)
     if lo is not None and value < lo:
-        return f"{value!r} is below the minimum {lo!r} (bounds are inclusive: {_bounds(spec)})"
+        return (
+            f"{shown} is below the minimum {format_value(lo)} "
+            f"(bounds are inclusive: {_bounds(spec)})"
+        )
     if hi is not None and value > hi:
-        return f"{value!r} is above the maximum {hi!r} (bounds are inclusive: {_bounds(spec)})"
+        return (
+            f"{shown} is above the maximum {format_value(hi)} "
+            f"(bounds are inclusive: {_bounds(spec)})"
+        )
     if spec.log and value <= 0:
-        return f"{value!r} must be > 0 (log-scale parameter)"
+        return f"{shown} must be > 0 (log-scale parameter)"
     return None
 
 
@@ -113,13 +121,14 @@ def point_problems(
 
 
 def format_value(value: Any) -> str:
-    """A parameter value as people and models read it: JSON spelling (true, null, 0.001)."""
+    """A parameter value as people and models read it: JSON spelling (true, null, 0.001,
+    1e-5; floats by the one formatter, :func:`trainee.spec.args.format_float`)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return repr(value)
+        return format_float(value)
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
@@ -131,8 +140,8 @@ def format_value(value: Any) -> str:
 
 
 def _bounds(spec: TunableSpec) -> str:
-    lo = "-inf" if spec.min_value is None else repr(spec.min_value)
-    hi = "inf" if spec.max_value is None else repr(spec.max_value)
+    lo = "-inf" if spec.min_value is None else format_value(spec.min_value)
+    hi = "inf" if spec.max_value is None else format_value(spec.max_value)
     return f"[{lo}, {hi}]"
 
 

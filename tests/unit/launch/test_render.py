@@ -211,7 +211,7 @@ def test_param_values_are_typed_and_none_omits_the_flag(tmp_path: Path) -> None:
 def test_small_floats_read_back_as_floats(tmp_path: Path) -> None:
     spec = five_groups(tmp_path)
     argv = build_argv(spec, round_of(spec), {"wd": 1e-05})
-    assert argv[argv.index("--weight-decay") + 1] == "1e-05"
+    assert argv[argv.index("--weight-decay") + 1] == "1e-5"
     assert isinstance(float(argv[argv.index("--weight-decay") + 1]), float)
 
 

@@ -74,7 +74,7 @@ def test_valid_plans_have_no_problems(params: dict[str, Any]) -> None:
         ({"batch_size": 4}, "params.batch_size", "4 is below the minimum 8"),
         ({"batch_size": 512}, "params.batch_size", "512 is above the maximum 256"),
         ({"lr": 2.0}, "params.lr", "above the maximum 1.0"),
-        ({"lr": 1e-6}, "params.lr", "below the minimum 1e-05"),
+        ({"lr": 1e-6}, "params.lr", "below the minimum 1e-5"),
         ({"dropout": -0.1}, "params.dropout", "below the minimum 0.0"),
         ({"use_amp": 1}, "params.use_amp", "must be true or false, got 1"),
         ({"use_amp": "true"}, "params.use_amp", "must be true or false"),

@@ -27,18 +27,34 @@ def _lines(items: list[str], label: str) -> None:
         sys.stdout.write(f"{label}: {', '.join(items)}\n")
 
 
+EXIT_PROVIDER_TEST_FAILED = 1
+"""init and prepare when the project's policy needs a provider that failed its live test
+(their files are written all the same)."""
+
+
+def provider_failed(test: dict[str, Any] | None) -> bool:
+    """Whether the live test ran, was needed, and failed."""
+    return test is not None and not test.get("skipped") and not test.get("ok")
+
+
 def _provider_line(test: dict[str, Any] | None) -> None:
     if not test:
         return
     if test.get("skipped"):
-        sys.stdout.write("provider: live test skipped\n")
+        sys.stdout.write(f"provider: live test skipped ({test.get('reason') or 'asked'})\n")
     elif test.get("ok"):
         sys.stdout.write(f"provider: {test.get('provider')} {test.get('model')} answered\n")
     else:
-        sys.stdout.write(
-            f"provider: not ready ({test.get('error')}); decisions need one: "
-            "set TRAINEE_LLM_PROVIDER and its key, or run with --policy tpe|random\n"
+        sys.stderr.write(
+            f"LLM provider test failed: {test.get('error')}\n"
+            f"hint: policy {test.get('policy') or 'llm'} needs a provider: set "
+            "TRAINEE_LLM_PROVIDER and its key (see README), or set decision.policy: tpe|random "
+            "in .trainee/project.yaml; --skip-provider-test to set up offline\n"
         )
+
+
+def _provider_exit(result: dict[str, Any]) -> int:
+    return EXIT_PROVIDER_TEST_FAILED if provider_failed(result.get("provider_test")) else 0
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -55,7 +71,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     result = daemon_client.call("project_init", params)
     if args.json:
         print_json(result)
-        return 0
+        return _provider_exit(result)
     init = result["init"]
     disc = init["discovery"]
     sys.stdout.write(f"trainee init: {init['project_root']}\n")
@@ -91,12 +107,12 @@ def cmd_init(args: argparse.Namespace) -> int:
         sys.stdout.write(f"{role}: {m['name']} ({m['split']}, {m['goal']}) from {m['where']}\n")
     for note in init.get("notes", []):
         sys.stdout.write(f"note: {note}\n")
-    _provider_line(result.get("provider_test"))
     sys.stdout.write(
         "next: review .trainee/project.yaml (values marked CHOOSE must be set), then "
         "`trainee prepare`\n"
     )
-    return 0
+    _provider_line(result.get("provider_test"))
+    return _provider_exit(result)
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -109,7 +125,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     result = daemon_client.call("project_prepare", params)
     if args.json:
         print_json(result)
-        return 0
+        return _provider_exit(result)
     prep = result["prepare"]
     sys.stdout.write(f"trainee prepare: {prep['project_root']}\n")
     sys.stdout.write(f"tuning.yaml: {prep['tuning']}")
@@ -129,10 +145,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     )
     for note in prep.get("notes", []):
         sys.stdout.write(f"note: {note}\n")
-    _provider_line(result.get("provider_test"))
     if prep["params_written"]:
         sys.stdout.write("review .trainee/tuning.yaml: only safe parameters should be listed\n")
-    return 0
+    _provider_line(result.get("provider_test"))
+    return _provider_exit(result)
 
 
 def _excluded(items: list[dict[str, Any]]) -> None:
@@ -187,6 +203,30 @@ def cmd_tunables(args: argparse.Namespace) -> int:
     return 0
 
 
+# Method names a fix may mention, as the command a person types.
+_COMMAND_FOR_METHOD = {
+    "project_init": "trainee init",
+    "project_prepare": "trainee prepare",
+    "tunables_discover": "trainee tunables discover",
+    "project_doctor": "trainee doctor",
+    "loop_dry_run": "trainee run --dry-run",
+    "loop_start": "trainee run",
+    "loop_stop": "trainee stop",
+}
+
+
+def actionable_fix(check: dict[str, Any], root: str) -> str:
+    """A doctor row's fix as something to do here: ``trainee init`` when project.yaml
+    is missing (not "edit" a file that is not there), commands rather than method names."""
+    fix = str(check.get("fix") or "")
+    missing = not os.path.exists(os.path.join(root, ".trainee", "project.yaml"))
+    if check.get("name") == "config" and check.get("status") == "fail" and missing:
+        return "run `trainee init` to create .trainee/project.yaml"
+    for method, command in _COMMAND_FOR_METHOD.items():
+        fix = fix.replace(method, f"`{command}`")
+    return fix
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     params = {
         "project_root": project_root(args.project_root),
@@ -199,6 +239,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
         return 0 if report["ok"] else EXIT_DOCTOR_FAILED
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"trainee doctor: {report['project_root']}")
@@ -208,7 +249,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for check in report["checks"]:
         status = check["status"]
         table.add_row(
-            check["name"], f"[{colors[status]}]{status}[/]", check["detail"], check["fix"]
+            check["name"],
+            f"[{colors[status]}]{status}[/]",
+            escape(check["detail"]),
+            escape(actionable_fix(check, report["project_root"])),
         )
     console().print(table)
     if not report["ok"]:
