@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import glob
 import os
+import stat
 
 __all__ = ["MAX_HEADER", "MAX_READ", "CsvReader"]
 
@@ -60,8 +61,14 @@ class CsvReader:
             self._reset(path)
         out: list[Record] = []
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+            # non-blocking, then checked: a FIFO the job swapped in cannot hang the reader
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            with open(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    self._once(warnings, f"{path} is not a regular file")
+                    return [], warnings
+                size = st.st_size
                 if size < self._offset:
                     self._once(warnings, f"{path} was rewritten; it is read again from its start")
                     self._reset(path)
