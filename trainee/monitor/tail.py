@@ -20,7 +20,13 @@ Line rules:
 - truncation (size below our offset) restarts at 0, rotation (another inode at
   the path) reads the old file to its end and the new one from 0; both add a
   ``Line`` with ``marker=True``. A truncation followed by a rewrite past the old
-  offset between two reads cannot be told from growth (as with ``tail -F``).
+  offset between two reads cannot be told from growth (as with ``tail -F``);
+- the job can write the followed paths, so a file is opened with
+  :func:`trainee.jobfiles.open_job_file`: a symlink, a FIFO or a device at the path
+  is not read (one marker line says so), and opening never blocks.
+
+:func:`tail_files` does its file work (globbing, reading, splitting) in a worker
+thread: a slow disk or a huge backlog never holds the daemon's event loop.
 
 Parsing is by chunk: each read decodes and splits a whole chunk in C; per-line
 Python work happens only for lines with ``\\r``, over-long ones, and the borders
@@ -47,6 +53,8 @@ from typing import Literal
 import anyio
 import msgspec
 from watchfiles import Change, awatch
+
+from trainee.jobfiles import NotRegularFile, open_job_file
 
 __all__ = ["MAX_LINE", "FileTail", "Line", "Stream", "strip_ansi", "tail_files"]
 
@@ -224,7 +232,7 @@ class FileTail:
 
     With ``index`` (a monitor's ``<log>.idx``), stderr ranges are told from
     stdout; otherwise every line is of stream ``"log"``. Blocking I/O on local
-    files, bounded per call by ``limit``.
+    files (never blocking on what is at the path), bounded per call by ``limit``.
     """
 
     def __init__(
@@ -243,6 +251,7 @@ class FileTail:
         """The last ``read()`` stopped at its limit before the end of the file."""
         self.size = 0
         self._fd: int | None = None
+        self._refused = False
         self._ident: tuple[int, int] | None = None
         self._idx_fd: int | None = None
         self._idx_pos = 0
@@ -266,7 +275,7 @@ class FileTail:
         """Lines completed by the bytes added since the last call (at most ``limit`` bytes)."""
         out: list[Line] = []
         if self._fd is None:
-            if not self._open():
+            if not self._open(out):
                 return out
         else:
             self._check_rotation(out)
@@ -319,10 +328,15 @@ class FileTail:
     def _marker(self, text: str, offset: int) -> Line:
         return Line(self.path, self._streams[0].stream, text, offset, True)
 
-    def _open(self) -> bool:
+    def _open(self, out: list[Line]) -> bool:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+            fd = open_job_file(self.path)
+        except NotRegularFile as exc:
+            if not self._refused:
+                self._refused = True
+                out.append(self._marker(f"…[not read: {self.path} is {exc.strerror}]", 0))
+            return False
+        except OSError:
             return False
         st = os.fstat(fd)
         self._fd, self._ident = fd, (st.st_dev, st.st_ino)
@@ -341,7 +355,7 @@ class FileTail:
         self.offset = 0
         self._ranges.clear()
         self._idx_pos, self._idx_rest = 0, b""
-        if self._open():
+        if self._open(out):
             out.append(self._marker("…[file replaced: reading the new file from the start]", 0))
 
     def _stable_size(self) -> int:
@@ -351,7 +365,7 @@ class FileTail:
             return os.fstat(self._fd).st_size
         if self._idx_fd is None:
             try:
-                self._idx_fd = os.open(self.index, os.O_RDONLY | os.O_CLOEXEC)
+                self._idx_fd = open_job_file(self.index)
             except OSError:
                 return os.fstat(self._fd).st_size
         fcntl.flock(self._idx_fd, fcntl.LOCK_SH)
@@ -439,6 +453,11 @@ class _TailSet:
             if os.path.isdir(root):
                 found[root] = found.get(root, False) or recursive
         return found
+
+    def scan_roots(self) -> dict[str, bool]:
+        """:meth:`scan`, then :meth:`roots` (one worker-thread call)."""
+        self.scan()
+        return self.roots()
 
     def scan(self) -> None:
         """Start following files that now match a pattern."""
@@ -579,18 +598,18 @@ async def tail_files(
                 now = time.monotonic()
                 if stopping or rescan_wanted or now >= next_rescan:
                     rescan_wanted = False
-                    tails.scan()
-                    watcher.set_roots(tails.roots())
+                    roots = await anyio.to_thread.run_sync(tails.scan_roots)
+                    watcher.set_roots(roots)
                     next_rescan = now + rescan_interval
                 if stopping:
                     backlog = True
                     while backlog:
-                        lines, backlog = tails.read(READ_CAP)
+                        lines, backlog = await anyio.to_thread.run_sync(tails.read, READ_CAP)
                         await emit(lines)
                     await emit(tails.finish())
                     break
                 wake = anyio.Event()
-                lines, backlog = tails.read(READ_CAP)
+                lines, backlog = await anyio.to_thread.run_sync(tails.read, READ_CAP)
                 await emit(lines)
                 if backlog:
                     await anyio.lowlevel.checkpoint()

@@ -37,7 +37,7 @@ from trainee.launch.layout import ProjectLayout, RoundLayout, SessionLayout
 from trainee.launch.render import render_round
 from trainee.launch.sandbox import check_bwrap, wrap
 from trainee.llm.settings import load_settings
-from trainee.metrics.extract import Extractor
+from trainee.metrics.extract import Extractor, MetricPoint
 from trainee.monitor.activity import Activity
 from trainee.monitor.process import ExitInfo
 from trainee.monitor.tail import Line, tail_files
@@ -721,11 +721,9 @@ class SessionRunner:
                     by_file.setdefault(line.path, []).append(line.text)
             if len(tail_lines) > FAILURE_TAIL_LINES * 4:
                 del tail_lines[:-FAILURE_TAIL_LINES]
-            for path, texts in by_file.items():
-                chunk = "\n".join(texts)
-                points.extend(
-                    extractor.feed_output(chunk) if path == "" else extractor.feed_log(path, chunk)
-                )
+            if by_file:
+                # off the event loop: the patterns run with a time budget, GIL released
+                points.extend(await anyio.to_thread.run_sync(_extract, extractor, by_file))
             if lines:
                 last_activity = time.time()
             if out_lines:
@@ -974,6 +972,17 @@ class SessionRunner:
                 },
             )
         return self.record
+
+
+def _extract(extractor: Extractor, by_file: dict[str, list[str]]) -> list[MetricPoint]:
+    """Feed one batch of lines to the extractor ("" is the round log); its new points."""
+    points: list[MetricPoint] = []
+    for path, texts in by_file.items():
+        chunk = "\n".join(texts)
+        points.extend(
+            extractor.feed_output(chunk) if path == "" else extractor.feed_log(path, chunk)
+        )
+    return points
 
 
 def _signal_globs(

@@ -43,6 +43,7 @@ from trainee.spec.files import (
     decode_file,
     line_of,
 )
+from trainee.spec.regexcheck import check_pattern
 
 __all__ = [
     "PATH_PLACEHOLDERS",
@@ -429,6 +430,9 @@ class _Compiler:
                 where,
                 "the regex needs a named group (?P<value>...) or at least one capture group",
             )
+        problem = check_pattern(pattern)
+        if problem is not None:
+            raise self.fail(self.psrc, where, problem)
 
     def _check_advanced(self) -> None:
         adv = self.project.advanced
