@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from typing import Any, ClassVar
 
 __all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_STATUS",
     "BudgetExceeded",
     "ConfigError",
     "DaemonNotRunning",
@@ -29,6 +31,7 @@ __all__ = [
     "NotAvailable",
     "NotFound",
     "ParseError",
+    "PortInUse",
     "ProtocolError",
     "ProviderError",
     "SandboxError",
@@ -36,6 +39,7 @@ __all__ = [
     "TraineeError",
     "error_class_for_code",
     "error_from_wire",
+    "exit_status_for",
 ]
 
 
@@ -232,6 +236,13 @@ class Forbidden(TraineeError):
     kind = "forbidden"
 
 
+class PortInUse(TraineeError):
+    """The daemon's HTTP port is taken by another program."""
+
+    code = 1015
+    kind = "port_in_use"
+
+
 class DaemonNotRunning(TraineeError):
     """Client side only: no daemon answered on the socket."""
 
@@ -259,6 +270,7 @@ _ALL: tuple[type[TraineeError], ...] = (
     SandboxError,
     LimitExceeded,
     Forbidden,
+    PortInUse,
     DaemonNotRunning,
 )
 _BY_NAME: dict[str, type[TraineeError]] = {cls.__name__: cls for cls in _ALL}
@@ -288,3 +300,36 @@ def error_from_wire(error: Any) -> TraineeError:
     exc = cls.__new__(cls)
     TraineeError.__init__(exc, message, details)
     return exc
+
+
+# -- exit statuses ---------------------------------------------------------------------
+
+# The one table from error class to process exit status, for the CLI and for the daemon
+# process that ``trainee serve`` becomes. Most specific first: the first class in an
+# error's MRO found here wins. The README lists it; 0 is success, 1 a failed session.
+EXIT_STATUS: dict[type[TraineeError], int] = {
+    InvalidParams: 2,
+    ConfigError: 3,
+    NotFound: 4,
+    InvalidState: 5,
+    SandboxError: 6,
+    LaunchError: 7,
+    NotAvailable: 8,
+    ProviderError: 9,
+    BudgetExceeded: 10,
+    ProtocolError: 11,
+    PortInUse: 12,
+    InternalError: 70,
+    DaemonNotRunning: 69,
+    ShuttingDown: 75,
+    TraineeError: 1,
+}
+EXIT_INTERRUPTED = 130
+
+
+def exit_status_for(exc: TraineeError) -> int:
+    """The exit status of a command that ended with ``exc``."""
+    for cls in type(exc).__mro__:
+        if cls in EXIT_STATUS:
+            return EXIT_STATUS[cls]
+    return 1

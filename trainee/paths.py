@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 SOCKET_NAME = "trainee.sock"
+HTTP_PORT_ENV = "TRAINEE_HTTP_PORT"
+DEFAULT_HTTP_PORT = 8000
 
 
 def home_dir() -> Path:
@@ -41,6 +44,37 @@ def service_data_dir() -> Path:
     return home_dir() / "runtime"
 
 
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents 0700 (existing folders are left as they are)."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
 def config_path() -> Path:
     """Provider settings, written 0600."""
     return home_dir() / "config.json"
+
+
+def http_port(env: Mapping[str, str] | None = None) -> tuple[int, bool]:
+    """The daemon's HTTP port: ``$TRAINEE_HTTP_PORT``, else 8000; and whether it was asked
+    for (a port asked for is kept or refused, the default gives way to a free one).
+
+    InvalidParams when the variable is not a port number (0 picks a free port).
+    """
+    value = (os.environ if env is None else env).get(HTTP_PORT_ENV, "").strip()
+    if not value:
+        return DEFAULT_HTTP_PORT, False
+    if not (value.isascii() and value.isdigit()) or int(value) > 65535:
+        from trainee.errors import InvalidParams
+
+        raise InvalidParams(
+            f"{HTTP_PORT_ENV}={value!r} is not a port number (0-65535; 0 picks a free port)",
+            {"field": HTTP_PORT_ENV, "reason": "not a port number"},
+        )
+    return int(value), True

@@ -6,9 +6,10 @@
 - JSON-RPC: each frame raw over the Unix socket (all on one connection, which must
   keep working) and as the body of ``POST /rpc``.
 - HTTP: each request against the web routes, with the token unless the case drops it.
-- LLM answers: FakeLLM answers the decision for round 2 badly twice; the session must
-  stop with ``invalid_decision`` naming the problem, and nothing of the answers may
-  reach a command line or a round.
+- LLM answers: FakeLLM answers the decision for round 2 (round 3 after a failed round 2
+  whose log carries an injection) badly twice; the session must stop with
+  ``invalid_decision`` naming the problem, and nothing of the answers may reach a
+  command line or a round.
 
 Files watched for the RPC and HTTP cases: a project with a finished session, the
 daemon's runtime folder (its log aside) and its home (config.json). After the corpus the
@@ -40,6 +41,7 @@ from tests.corpus.cases import (
     LlmCase,
     RpcCase,
     YamlCase,
+    _plan,
 )
 from tests.e2e.test_loop import OK, SESSION, llm_env
 from tests.fakes.llm_server import FakeLLM
@@ -233,12 +235,15 @@ def test_http(daemon: Node, finished: Path, case: HttpCase) -> None:
 @pytest.mark.parametrize("case", LLM_CASES, ids=[c.name for c in LLM_CASES])
 def test_llm_answer(daemon: Node, tmp_path: Path, case: LlmCase) -> None:
     behaviour: dict[str, Any] = {"steps": 1}
+    first: list[dict[str, str]] = []  # answers before the bad ones
     if case.log:
-        # the baseline fails, so its log tail is shown to the model, injection included
-        behaviour["rounds"] = {"1": {"say": case.log, "exit": 2}}
+        # round 2 fails, so its log tail is shown to the model, injection included (a
+        # failed baseline would end the session: there would be nothing to decide)
+        behaviour["rounds"] = {"2": {"say": case.log, "exit": 2}}
+        first = [{"content": _plan({"lr": 0.2})}]
     project = make_project(tmp_path / "proj", max_rounds=3, behaviour=behaviour)
     spec_files = tree_digest(project / ".trainee", skip=())
-    script = [OK, *({"content": answer} for answer in case.answers)]
+    script = [OK, *first, *({"content": answer} for answer in case.answers)]
     with FakeLLM(script) as fake:
         daemon.start_session(project, policy="llm", env=llm_env(daemon.env, fake))
         state = daemon.wait_finished(project)
@@ -248,12 +253,13 @@ def test_llm_answer(daemon: Node, tmp_path: Path, case: LlmCase) -> None:
     assert session["stop_reason"] == "invalid_decision", session
     for fragment in case.reason:
         assert fragment in session["error"], (fragment, session["error"])
-    assert len(requests) == 3, "the decision and one repair, nothing more"
+    assert len(requests) == 3 + len(first), "the decision and one repair, nothing more"
     if case.log:
-        assert "IMPORTANT SYSTEM NOTICE" in json.dumps(requests[1]["messages"])
+        assert "IMPORTANT SYSTEM NOTICE" in json.dumps(requests[2]["messages"])
     rounds = state["rounds"]
-    assert [r["index"] for r in rounds] == [1], "no round starts on a refused answer"
-    assert not (project / ".trainee" / "runs" / SESSION / "round-0002").exists()
+    ran = 1 + len(first)
+    assert [r["index"] for r in rounds] == list(range(1, ran + 1)), "none on a refused answer"
+    assert not (project / ".trainee" / "runs" / SESSION / f"round-{ran + 1:04d}").exists()
     assert rounds[0]["command"] == "python train.py --lr 0.1"
     decisions = daemon.rpc("runs_get", {"project_root": str(project), "run_id": 1})
     assert decisions["decision"] is None

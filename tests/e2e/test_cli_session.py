@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import select
 import subprocess
 import sys
@@ -35,12 +36,60 @@ def test_logs_report_and_attach_from_inside_the_project(daemon: Daemon, tmp_path
     )
     assert live.returncode == 0, live.stderr
     assert "report:" in live.stdout
+    # piped, the view is plain lines: no job output (it is in the round logs), a status
+    # line after each round, no "None" for a missing value
+    assert "epoch=" not in live.stdout and "None" not in live.stdout
+    assert re.search(r"^   \[round 2/2 · \d+s · best val_loss .*\]$", live.stdout, re.M), (
+        live.stdout
+    )
+
+    state = json.loads(run_cli("call", "loop_get", env=daemon.env, cwd=project).stdout)
+    research = json.loads(
+        (project / ".trainee/artifacts/session-0001/research_state.json").read_text()
+    )
+    assert research["recent_rounds"] == [
+        {"round": r["index"], "status": r["status"], "diff": r["diff"],
+         "metric": r["primary_metric"], "verdict": r["verdict"]}
+        for r in state["rounds"]
+    ]  # fmt: skip
+
+    listed = run_cli("--json", "sessions", env=daemon.env, cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == run_cli("sessions", "--json", env=daemon.env, cwd=project).stdout
+    (entry,) = listed.json()["sessions"]
+    best = next(r for r in state["rounds"] if r["index"] == state["session"]["best_round"])
+    assert entry["id"] == "session-0001" and entry["rounds"] == 2 and entry["metric"] == "val_loss"
+    assert (entry["status"], entry["stop_reason"]) == ("finished", "max_rounds")
+    assert entry["best_metric"] == best["primary_metric"]
+    assert entry["baseline_metric"] == state["rounds"][0]["primary_metric"]
+    assert entry["duration_sec"] == pytest.approx(
+        state["session"]["finished_at"] - state["session"]["created_at"]
+    )
+    table = run_cli("sessions", env=daemon.env, cwd=project).stdout
+    assert re.search(r"^session-0001\s+finished\s+max_rounds\s+2/2\s+\S+", table, re.M), table
+    status = run_cli("status", env=daemon.env, cwd=project)
+    assert "sessions: none running" in status.stdout
+    assert f"latest sessions of {project}" not in status.stdout  # a table title: terminals only
+    assert re.search(r"^session-0001\s+finished\s", status.stdout, re.M), status.stdout
+
+    nothing = run_cli("stop", env=daemon.env, cwd=project)
+    assert nothing.returncode == 0, nothing.stderr
+    assert nothing.stdout == (
+        f"nothing to stop: no session is running in {project}; "
+        "the latest, session-0001 is finished (max_rounds)\n"
+    )
+    unknown = run_cli("stop", "session-0042", env=daemon.env, cwd=project)
+    assert unknown.returncode == 4, unknown.stdout + unknown.stderr
     logs = run_cli("logs", "session-0001", env=daemon.env, cwd=project)  # the latest round: 2
     log2 = project / ".trainee" / "artifacts" / "session-0001" / "round-0002.log"
     assert logs.returncode == 0 and logs.stdout == log2.read_text()
     follow = run_cli("logs", "-f", "session-0001", "1", env=daemon.env, cwd=project, timeout=60)
     assert follow.returncode == 0  # a finished session: follows round 1 into round 2, then ends
-    assert "==> round 2 <==" in follow.stdout and follow.stdout.endswith(log2.read_text())
+    log1 = log2.with_name("round-0001.log").read_text()
+    assert follow.stdout.startswith(f"==> round 1 <==\n{log1}\n==> round 2 <==\n{log2.read_text()}")
+    assert re.search(
+        r"\n\n==> session-0001 finished \(max_rounds\); best round \d <==\n$", follow.stdout
+    )
     missing = run_cli("logs", "session-0001", "7", env=daemon.env, cwd=project)
     assert missing.returncode == 4 and "no round 7" in missing.stderr
 

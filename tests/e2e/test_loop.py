@@ -38,6 +38,7 @@ from tests.conftest import (
     run_cli,
 )
 from tests.fakes.llm_server import FakeLLM
+from trainee.spec import format_float
 
 pytestmark = pytest.mark.e2e
 
@@ -314,8 +315,8 @@ def test_four_rounds_mlp_flags_guarded_with_the_live_view(
         assert rec["params"] == {**baseline, **changes}
         assert rec["hypothesis"] == hypothesis
         command = rec["command"]
-        assert f"--lr {rec['params']['lr']}" in command
-        assert f"--weight-decay {rec['params']['weight_decay']}" in command
+        assert f"--lr {format_float(rec['params']['lr'])}" in command
+        assert f"--weight-decay {format_float(rec['params']['weight_decay'])}" in command
         assert f"--batch-size {rec['params']['batch_size']}" in command
         assert "--epochs 200" in command  # fixed args stay
         assert rec["primary_metric"] is not None
@@ -344,7 +345,7 @@ def test_four_rounds_mlp_flags_guarded_with_the_live_view(
     report = (artifacts(project) / "report.md").read_text()
     assert "## Decisions" in report
     for index in (2, 3, 4):
-        assert f"| {index} | openai_compatible / fake-model | yes | no |" in report
+        assert f"| {index} | openai_compatible / fake-model | json_schema | yes | no |" in report
 
     # what the person watching saw
     out = live.stdout
@@ -525,7 +526,8 @@ def test_provider_500_fails_over_then_all_failing_stops_the_session(
     error = {"status": 500, "body": {"error": {"message": "upstream exploded"}}}
     with (
         FakeLLM([OK, error, error]) as primary,
-        FakeLLM([plan({"lr": 0.01}, "from the second provider"), error]) as second,
+        # the pre-start test asks every configured provider: OK from each first
+        FakeLLM([OK, plan({"lr": 0.01}, "from the second provider"), error]) as second,
     ):
         env = llm_env(
             daemon.env,
@@ -547,7 +549,7 @@ def test_provider_500_fails_over_then_all_failing_stops_the_session(
     assert rounds[1]["hypothesis"] == "from the second provider"
     d = decisions(env, project, [2])[2]
     assert d["provider"] == "openai" and d["model"] == "second-model"
-    assert (asked_primary, asked_second) == (3, 2)
+    assert (asked_primary, asked_second) == (3, 3)
     check_outputs(project, state)
     assert_no_training_left(project)
 
@@ -760,3 +762,78 @@ def test_ctrl_c_while_the_session_is_starting_stops_it_as_soon_as_it_exists(
     assert state["session"]["stop_reason"] == "user_stop"
     assert all(r["status"] == "stopped" for r in state["rounds"]), state["rounds"]
     assert_no_training_left(project)
+
+
+def test_a_llama_cpp_like_server_every_request_kept_and_a_policy_stop_is_no_error(
+    daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
+    """Issue 18 through the daemon: the live test steps down from a json_schema refused with
+    HTTP 500 and the session uses what worked; a stop before decision.min_rounds is sent
+    back; every request is stored with the decision; rounds point at their decision; the
+    policy's stop is a stop, not an error, in the store and the report."""
+    project = copy_example("mlp-flags", tmp_path)
+    projects.append(project)
+    early_stop = {
+        "content": json.dumps(
+            {
+                "hypothesis": "",
+                "change_summary": "",
+                "params": {},
+                "expected": "",
+                "stop": True,
+                "stop_reason": "the baseline looks fine",
+            }
+        )
+    }
+    stop = {
+        "content": json.dumps(
+            {
+                "hypothesis": "",
+                "change_summary": "",
+                "params": {},
+                "expected": "",
+                "stop": True,
+                "stop_reason": "a lower lr did not help",
+            }
+        )
+    }
+    script = [
+        {"refuse_format": ["json_schema"], "status": 500},
+        OK,
+        early_stop,
+        plan({"lr": 0.003}, "a smaller step"),
+        stop,
+    ]
+    with FakeLLM(script) as fake:
+        env = llm_env(daemon.env, fake)
+        start(project, env, "--unsafe", "--max-rounds", "3")
+        state = wait_finished(env, project)
+        url = fake.openai_base_url
+        formats = [
+            (r["response_format"] or {}).get("type") if r["response_format"] else None
+            for r in fake.requests
+        ]
+    session = state["session"]
+    assert (session["status"], session["stop_reason"]) == ("finished", "policy_stop")
+    assert session["error"] is None
+    assert session["stop_detail"] == "a lower lr did not help"
+    # the live test negotiated json_object; every decision started there
+    assert formats == ["json_schema", "json_object", "json_object", "json_object", "json_object"]
+    d = decisions(env, project, [2])[2]
+    assert d["response_format"] == "json_object" and d["repaired"]
+    first, second = d["attempts"]
+    assert first["ok"] and first["problems"][0]["field"] == "stop"
+    assert "decision.min_rounds" in first["problems"][0]["reason"]
+    assert second["ok"] and second["problems"] == [] and '"lr": 0.003' in second["answer"]
+    assert first["url"] == url
+    with sqlite3.connect(project / ".trainee" / "runtime.sqlite3") as db:
+        linked = db.execute(
+            'SELECT r."index", d.round FROM rounds r JOIN decisions d ON d.id = r.decision_id'
+        ).fetchall()
+    assert linked == [(2, 2)]
+    report = (artifacts(project) / "report.md").read_text()
+    assert "**Stop reason:** policy_stop — a lower lr did not help" in report
+    assert "**Error:**" not in report
+    assert "Requests of the decision for round 2:" in report
+    assert "json_object" in report
+    check_outputs(project, state)

@@ -88,7 +88,9 @@ def test_init_is_non_destructive_and_force_rewrites(daemon: Daemon, tmp_path: Pa
     (root / ".trainee" / "context.md").write_text("my notes\n")
     forced = daemon.cli("init", str(root), "--skip-provider-test", "--force")
     assert forced.returncode == 0 and "rewritten:" in forced.stdout
-    assert (root / ".trainee" / "context.md").read_text() != "my notes\n"
+    # --force never drops what the user wrote: the edited context.md is kept, and said so
+    assert (root / ".trainee" / "context.md").read_text() == "my notes\n"
+    assert "context.md was edited since init wrote it and was kept" in forced.stdout
 
 
 def test_init_refuses_a_baseline_config_outside_the_project(daemon: Daemon, tmp_path: Path) -> None:
@@ -145,6 +147,7 @@ def test_tunables_discover_suggests_then_applies(daemon: Daemon, tmp_path: Path)
         ("config", "config", ".trainee/project.yaml"),
         ("venv", "environment", "python -m venv .venv"),
         ("launcher", "launcher", "fix launch.command"),
+        ("entrypoint", "entrypoint", "set launch.command"),
         ("metric", "metrics", "fix metrics.specs[].key_or_pattern"),
     ],
 )
@@ -163,6 +166,8 @@ def test_doctor_names_the_fix_for_each_failure(
     elif breakage == "venv":
         data["launch"]["environment"] = "venv"
     elif breakage == "launcher":
+        data["launch"]["command"] = ["no-such-launcher-xyz", "train.py"]
+    elif breakage == "entrypoint":
         data["launch"]["command"] = ["python", "missing_train.py"]
     elif breakage == "metric":
         data["metrics"] = {

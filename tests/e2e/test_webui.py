@@ -328,7 +328,9 @@ def test_project_editor_settings_and_llm_test(
     # /llm-test runs the live test at once
     requests_before = len(fake.requests)
     page.goto(f"{llm_daemon.http_url}/llm-test")
-    expect(page.locator(".test-out")).to_contain_text("answered in", timeout=60_000)
+    expect(page.locator(".test-out")).to_contain_text(
+        "answered a structured request", timeout=60_000
+    )
     assert len(fake.requests) == requests_before + 1
     w.shot("09-llm-test")
     assert w.errors == []

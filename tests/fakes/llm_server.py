@@ -13,6 +13,16 @@ the default item. Items:
     {"refuse_format": ["json_schema"]}    400 like llama.cpp while the request's
                                           ``response_format.type`` is listed; the first request
                                           it lets through pops it and takes the next item
+    {"refuse_format": [...], "status": 500}   ... with HTTP 500 and the body of
+                                          llama-cpp-python's server (its answer to json_schema)
+    {"fail_structured": true}             500 with a generic body (no word about formats) while
+                                          the request has a ``response_format``; the first
+                                          plain request pops it and takes the next item
+    {"copy_min_of": "lr"}                 200, a plan setting ``lr`` to its lower bound as the
+                                          prompt's search-space table writes it, passed through
+                                          llama.cpp's JSON number grammar (an exponent with a
+                                          leading zero is cut: ``1e-05`` becomes ``1e-0``), as a
+                                          small model copying the prompt under that grammar does
 
 Endpoints: POST /v1/chat/completions (also /chat/completions), POST /v1/messages (also
 /messages), GET /v1/models, and for a server run as a script GET /_fake/requests (what was
@@ -33,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import signal
 import socket
 import struct
@@ -62,6 +73,46 @@ def _llama_refusal(kind: str) -> dict[str, Any]:
             "type": "invalid_request_error",
         }
     }
+
+
+def _llama_cpp_python_500(kind: str) -> dict[str, Any]:
+    """The body llama-cpp-python's OpenAI-compatible server sends (HTTP 500) for a
+    ``response_format`` it cannot turn into a grammar."""
+    return {
+        "error": {
+            "message": f"Unsupported response_format type: {kind!r} (expected 'json_object' "
+            "with an optional 'schema')",
+            "type": "internal_server_error",
+            "param": None,
+            "code": None,
+        }
+    }
+
+
+_LLAMA_EXPONENT = re.compile(r"([eE][-+]?0)\d+")
+
+
+def llama_number(text: str) -> str:
+    """What llama.cpp's JSON grammar lets a model write when it copies the number ``text``:
+    an exponent may not start with 0, so generation ends the number at that 0."""
+    return _LLAMA_EXPONENT.sub(r"\1", text)
+
+
+def _copied_plan(prompt: str, name: str) -> str:
+    """A plan setting ``name`` to the lower bound the prompt's table shows, llama-cut."""
+    m = re.search(r"^\| " + re.escape(name) + r" \| \w+ \| \[([^,\]]+),", prompt, re.M)
+    low = llama_number(m.group(1).strip()) if m else "0"
+    return (
+        '{"hypothesis": "the lower bound of '
+        + name
+        + ' may train more stably", "change_summary": "'
+        + name
+        + ' to its minimum", "params": {"'
+        + name
+        + '": '
+        + low
+        + '}, "expected": "the metric improves", "stop": false, "stop_reason": ""}'
+    )
 
 
 def _estimate_tokens(text: str) -> int:
@@ -95,6 +146,11 @@ class _Script:
                 if "refuse_format" in head:
                     if response_format_type in set(head["refuse_format"]):
                         return head, True
+                    self.items.popleft()
+                    continue
+                if head.get("fail_structured"):
+                    if response_format_type is not None:
+                        return {"status": 500, "body": {"error": {"message": "internal"}}}, False
                     self.items.popleft()
                     continue
                 return self.items.popleft(), False
@@ -190,7 +246,10 @@ class _Handler(BaseHTTPRequestHandler):
         record = self._record(wire, path, req, raw)
         if refused:
             record["reply"] = "refused_format"
-            self._send(400, _llama_refusal(str(rf_type)))
+            if int(item.get("status", 400)) == 500:
+                self._send(500, _llama_cpp_python_500(str(rf_type)))
+            else:
+                self._send(400, _llama_refusal(str(rf_type)))
             return
         if "delay" in item:
             record["reply"] = "delay"
@@ -206,8 +265,13 @@ class _Handler(BaseHTTPRequestHandler):
             body_out = item.get("body", {"error": {"message": "scripted error"}})
             self._send(int(item["status"]), body_out)
             return
+        prompt_all = "".join(
+            _text_of(m.get("content")) for m in req.get("messages", []) if isinstance(m, dict)
+        )
         if "huge" in item:
             content = "x" * int(item["huge"])
+        elif "copy_min_of" in item:
+            content = _copied_plan(prompt_all, str(item["copy_min_of"]))
         else:
             content = str(item.get("content", self.server.script.default.get("content", "")))
         record["reply"] = "content"

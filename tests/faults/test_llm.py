@@ -33,7 +33,7 @@ CASES: dict[str, tuple[list[dict[str, Any]], str]] = {
     "huge body": ([OK, {"huge": 20_000_000}], "response too large: 20000000 characters"),
     "garbage body": (
         [OK, {"status": 200, "body": "\x00\xff<html>not json at all"}],
-        "openai_compatible (fake-model)",
+        "openai_compatible (fake-model at http://127.0.0.1:",
     ),
 }
 

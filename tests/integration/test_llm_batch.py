@@ -172,7 +172,7 @@ def test_the_request_carries_max_tokens_the_schema_and_the_instruction_for_k_pla
     fmt = req["response_format"]
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "DecisionPlans"
     array = fmt["json_schema"]["schema"]["properties"]["plans"]
-    assert (array["minItems"], array["maxItems"]) == (1, 3)
+    assert (array["minItems"], array["maxItems"]) == (3, 3)
     assert req["messages"] == policy.last_messages
 
     # a large batch is capped; a single plan is the usual request
@@ -270,15 +270,36 @@ def test_fewer_plans_with_another_problem_after_the_repair_fail(
 # -- stop ----------------------------------------------------------------------------------
 
 
-def test_a_stop_plan_ends_the_batch_with_one_stop_proposal(fake: FakeLLM, tmp_path: Path) -> None:
+def test_a_stop_plan_among_changes_is_dropped_and_the_changes_run(
+    fake: FakeLLM, tmp_path: Path
+) -> None:
     stop = plan({}, stop=True, stop_reason="val_loss has plateaued for five rounds")
     fake.push(reply(GOOD[0], stop, GOOD[1], usage=(800, 90)))
     proposals = batch(settings_for(fake, tmp_path), 3)
     assert len(fake.requests) == 1
-    [only] = proposals
-    assert only.plan.stop and only.plan.stop_reason == "val_loss has plateaued for five rounds"
+    assert [p.plan.params for p in proposals] == [GOOD[0]["params"], GOOD[1]["params"]]
+    assert not any(p.plan.stop for p in proposals)
+    assert (proposals[0].prompt_tokens, proposals[0].completion_tokens) == (800, 90)
+    assert any("plans[1] asked to stop" in n for n in proposals[0].notes)
+
+
+def test_the_batch_stops_only_when_every_plan_says_stop(fake: FakeLLM, tmp_path: Path) -> None:
+    stops = [plan({}, stop=True, stop_reason=f"plateau ({i})") for i in range(2)]
+    fake.push(reply(*stops, usage=(800, 90)))
+    [only] = batch(settings_for(fake, tmp_path), 2)
+    assert len(fake.requests) == 1
+    assert only.plan.stop and only.plan.stop_reason == "plateau (0)"
     assert (only.prompt_tokens, only.completion_tokens) == (800, 90)
-    assert any("plans[1] asked to stop" in n for n in only.notes)
+
+
+def test_a_stop_with_a_change_runs_the_change(fake: FakeLLM, tmp_path: Path) -> None:
+    stop = plan({"lr": 0.003}, stop=True, stop_reason="")
+    fake.push(reply(stop, GOOD[1]))
+    proposals = batch(settings_for(fake, tmp_path), 2)
+    assert len(fake.requests) == 1
+    assert [p.plan.params for p in proposals] == [{"lr": 0.003}, GOOD[1]["params"]]
+    assert not proposals[0].plan.stop
+    assert any("the change runs" in n for n in proposals[0].notes)
 
 
 def test_a_stop_plan_without_a_reason_is_repaired(fake: FakeLLM, tmp_path: Path) -> None:
@@ -288,7 +309,7 @@ def test_a_stop_plan_without_a_reason_is_repaired(fake: FakeLLM, tmp_path: Path)
     )
     [only] = batch(settings_for(fake, tmp_path), 2)
     assert (
-        "- plans[0].stop_reason: required when stop is true"
+        "- plans[0].stop_reason: must not be empty (required when stop is true)"
         in (fake.requests[1]["messages"][-1]["content"])
     )
     assert only.plan.stop and only.repaired

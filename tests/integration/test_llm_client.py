@@ -217,15 +217,22 @@ def test_user_price_for_a_local_model(fake: FakeLLM, tmp_path: Path) -> None:
 def test_server_error_fails_over_to_the_next_provider(fake: FakeLLM, tmp_path: Path) -> None:
     fake.push({"status": 500, "body": {"error": {"message": "overloaded"}}}, {"content": ANSWER})
     settings = settings_for(tmp_path, **openai_env(fake), **anthropic_env(fake))
-    got, attempts = run(
+    attempts: list[client.ProviderAttempt] = []
+    got = run(
         lambda: client.complete_with_failover(
-            MESSAGES, settings=settings, schema=SCHEMA, max_tokens=100
+            MESSAGES, settings=settings, schema=SCHEMA, max_tokens=100, attempts=attempts
         )
     )
     assert got.provider == "anthropic" and json.loads(got.text)["stop"] is False
-    [failed] = attempts
+    # every request is kept: the failure (with its URL) and the answer
+    failed, answered = attempts
     assert (failed.provider, failed.kind, failed.status) == ("openai", "http", 500)
-    assert "overloaded" in failed.error
+    assert "overloaded" in failed.error and failed.url == fake.openai_base_url
+    assert (answered.provider, answered.ok, answered.response_format) == (
+        "anthropic",
+        True,
+        "json_schema",
+    )
     assert [r["wire"] for r in fake.requests] == ["openai", "anthropic"]
 
 
@@ -249,8 +256,8 @@ def test_all_providers_failing_lists_every_attempt(fake: FakeLLM, tmp_path: Path
         ("anthropic", "auth", 401),
     ]
     assert (
-        "openai (gpt-4o-mini)" in err.message
-        and "anthropic (claude-3-5-haiku-latest)" in err.message
+        "openai (gpt-4o-mini at http://127.0.0.1:" in err.message
+        and "anthropic (claude-3-5-haiku-latest at http://127.0.0.1:" in err.message
     )
 
 

@@ -203,11 +203,11 @@ def test_the_schema_is_a_valid_json_schema_with_the_plan_as_items() -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     array = schema["properties"]["plans"]
     assert array["items"] == plan_json_schema(TUNABLES)
-    assert (array["minItems"], array["maxItems"]) == (1, 3)
+    assert (array["minItems"], array["maxItems"]) == (3, 3)  # exactly k, as validated
     assert schema["required"] == ["plans"] and schema["additionalProperties"] is False
     validator = jsonschema.Draft202012Validator(schema)
     assert validator.is_valid({"plans": THREE})
-    assert validator.is_valid({"plans": THREE[:1]})
+    assert not validator.is_valid({"plans": THREE[:1]})  # exactly k plans
     assert not validator.is_valid({"plans": []})
     assert not validator.is_valid({"plans": [*THREE, THREE[0]]})
     assert not validator.is_valid({"plans": [plan({"lr": 5.0})]})
@@ -246,7 +246,7 @@ def test_the_prompt_asks_for_k_different_plans_in_one_object() -> None:
     answer = user[len(head) :]
     assert answer.count("## ") == 1
     assert "Propose exactly 3 plans with different hypotheses" in answer
-    assert '{"plans": [{"hypothesis": "...",' in answer
+    assert '{"plans": [{"hypothesis": "<why>",' in answer
     assert "No two plans may have the same parameter set" in answer
     assert "Reply with exactly one JSON object, no prose" not in answer
     # the same answer section on messages built without it

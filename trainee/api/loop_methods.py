@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import msgspec
@@ -17,6 +18,7 @@ from trainee.errors import InvalidParams, InvalidState, NotFound, ProviderError,
 from trainee.ids import parse_session
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.sandbox import check_bwrap
+from trainee.policies import needs_provider
 from trainee.research.decision import plan_json_schema
 from trainee.research.state import new_state, record_round
 from trainee.session.manager import SessionManager, prompt_parts
@@ -57,27 +59,124 @@ def _round_public(rec: RoundRecord, now: float | None = None) -> dict[str, Any]:
 
 class SessionsListParams(w.Wire):
     project_root: str | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Only the latest ``limit`` sessions (of the project)."""
+
+
+class SessionSummary(msgspec.Struct, kw_only=True):
+    """One session at a glance. ``metric`` is the primary metric's name (from its
+    research state; None before a round finished); ``duration_sec`` runs to now while
+    the session runs."""
+
+    id: str
+    project_root: str
+    status: str
+    stop_reason: str | None
+    running: bool
+    policy: str
+    security_mode: str
+    max_rounds: int
+    rounds: int
+    metric: str | None
+    goal: str | None
+    best_round: int | None
+    best_metric: float | None
+    baseline_round: int | None
+    baseline_metric: float | None
+    started_at: float
+    finished_at: float | None
+    duration_sec: float
+    tokens: int
+    cost_usd: float
+    error: str | None
 
 
 class SessionsListResult(msgspec.Struct, kw_only=True):
-    sessions: list[dict[str, Any]]
+    sessions: list[SessionSummary]
+
+
+class _StateHead(msgspec.Struct):
+    """The two fields of research_state.json a listing needs (the rest is skipped)."""
+
+    primary_metric: str | None = None
+    goal: str | None = None
+
+
+_STATE_HEAD = msgspec.json.Decoder(_StateHead)
+
+
+def _state_head(root: str, index: int) -> _StateHead:
+    path = ProjectLayout.for_root(root).session(index).research_state
+    try:
+        return _STATE_HEAD.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return _StateHead()
+
+
+async def _summaries(
+    manager: SessionManager, root: str, records: list[SessionRecord]
+) -> list[SessionSummary]:
+    store = await manager.store_for(root)
+    now = time.time()
+    out = []
+    for rec in records:
+        rounds = {r.index: r for r in await store.list_rounds(rec.index)}
+        head = await anyio.to_thread.run_sync(_state_head, root, rec.index)
+        best = rounds.get(rec.best_round) if rec.best_round else None
+        base = rounds.get(rec.baseline_round) if rec.baseline_round else None
+        running = manager.control_of(root, rec.index) is not None
+        end = rec.finished_at if rec.finished_at and not running else now
+        out.append(
+            SessionSummary(
+                id=rec.id,
+                project_root=rec.project_root,
+                status=rec.status,
+                stop_reason=rec.stop_reason,
+                running=running,
+                policy=rec.policy,
+                security_mode=rec.security_mode,
+                max_rounds=rec.max_rounds,
+                rounds=len(rounds),
+                metric=head.primary_metric,
+                goal=head.goal,
+                best_round=rec.best_round,
+                best_metric=best.primary_metric if best else None,
+                baseline_round=rec.baseline_round,
+                baseline_metric=base.primary_metric if base else None,
+                started_at=rec.created_at,
+                finished_at=rec.finished_at,
+                duration_sec=max(0.0, end - rec.created_at),
+                tokens=rec.tokens,
+                cost_usd=rec.cost_usd,
+                error=rec.error,
+            )
+        )
+    return out
 
 
 @registry.method(SessionsListParams, SessionsListResult)
 async def sessions_list(ctx: CallContext, params: SessionsListParams) -> SessionsListResult:
-    """List sessions: the running ones across every project, or all of one project's.
+    """List sessions: the running ones across every project, or one project's, oldest first.
 
-    Each entry is the session record (status, stop reason, policy, best and
-    baseline rounds, tokens and cost) without the caller's environment.
+    Each entry: status, stop reason, policy, rounds so far, the primary metric's
+    best and baseline values (and rounds), start, end and duration, tokens and cost.
+    ``limit`` keeps the latest N of the project's.
     """
     manager = manager_of(ctx)
     if params.project_root is None:
-        return SessionsListResult(sessions=[_public(r) for r in manager.running_sessions()])
+        by_root: dict[str, list[SessionRecord]] = {}
+        for rec in manager.running_sessions():
+            by_root.setdefault(rec.project_root, []).append(rec)
+        found = [s for root, recs in by_root.items() for s in await _summaries(manager, root, recs)]
+        return SessionsListResult(sessions=found)
     root = project_root_of(ctx, params.project_root)
     if not ProjectLayout.for_root(root).database.exists():
         return SessionsListResult(sessions=[])
     store = await manager.store_for(root)
-    return SessionsListResult(sessions=[_public(r) for r in await store.list_sessions()])
+    records = await store.list_sessions()
+    if params.limit is not None:
+        records = records[-params.limit :]
+    return SessionsListResult(sessions=await _summaries(manager, root, records))
 
 
 class LoopStartResult(msgspec.Struct, kw_only=True):
@@ -139,8 +238,8 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
             ) from None
     policy = params.policy or str(getattr(getattr(spec, "decision", None), "policy", "llm"))
     provider_test = None
-    if policy in ("llm", "hybrid"):
-        from trainee.llm.client import live_test
+    if needs_provider(policy):
+        from trainee.llm.client import live_test_all
         from trainee.llm.settings import load_settings
 
         settings = load_settings(env)
@@ -152,7 +251,9 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
                     "or choose an offline policy: --policy tpe|random"
                 },
             )
-        provider_test = await live_test(settings)
+        # every configured provider is tried (a structured request, as decisions make):
+        # a dead primary with a healthy backup still runs, on the backup
+        provider_test = await live_test_all(settings)
         if not provider_test.get("ok"):
             raise ProviderError(
                 f"the LLM provider failed its live test: {provider_test.get('error')}",
@@ -239,18 +340,60 @@ async def loop_get(ctx: CallContext, params: w.SessionParams) -> LoopGetResult:
     )
 
 
-@registry.method(w.SessionParams, LoopGetResult, name="loop_stop")
-async def loop_stop(ctx: CallContext, params: w.SessionParams) -> LoopGetResult:
+class LoopStopResult(msgspec.Struct, kw_only=True):
+    """``stopped``: this call stopped the session; false when there was nothing to stop
+    (``message`` says why; ``state`` is then the named or latest session, if any)."""
+
+    stopped: bool
+    message: str
+    state: LoopGetResult | None = None
+
+
+@registry.method(w.SessionParams, LoopStopResult, name="loop_stop")
+async def loop_stop(ctx: CallContext, params: w.SessionParams) -> LoopStopResult:
     """Stop a running session and wait for it: its round gets SIGTERM, then SIGKILL after the grace.
 
     The session ends with stop reason ``user_stop``; its report and ledgers are
-    written. No process of the round survives.
+    written. No process of the round survives. Nothing running (or the named
+    session already ended) is not an error: ``stopped`` is false and ``message``
+    says so; an unknown session is NotFound.
     """
     manager = manager_of(ctx)
-    running = manager.find_running(params.project_root, params.session)
+    root = project_root_of(ctx, params.project_root) if params.project_root else None
+    try:
+        running = manager.find_running(root, params.session)
+    except NotFound:
+        return await _nothing_to_stop(ctx, params, root)
     rec = running.runner.record
-    await manager.stop(rec.project_root, rec.id)
-    return await loop_get(ctx, w.SessionParams(session=rec.id, project_root=rec.project_root))
+    with contextlib.suppress(NotFound):  # it ended on its own between the two calls
+        await manager.stop(rec.project_root, rec.id)
+    state = await loop_get(ctx, w.SessionParams(session=rec.id, project_root=rec.project_root))
+    return LoopStopResult(stopped=True, message=f"{rec.id} stopped", state=state)
+
+
+async def _nothing_to_stop(
+    ctx: CallContext, params: w.SessionParams, root: str | None
+) -> LoopStopResult:
+    where = f" in {root}" if root else ""
+    if root is None and ctx.services.project_root is None:
+        named = f" {params.session}" if params.session else ""
+        return LoopStopResult(
+            stopped=False, message=f"nothing to stop: no session{named} is running"
+        )
+    if params.session is None and (
+        root is None or not ProjectLayout.for_root(root).database.exists()
+    ):
+        return LoopStopResult(
+            stopped=False, message=f"nothing to stop: no session is running{where}"
+        )
+    state = await loop_get(ctx, w.SessionParams(session=params.session, project_root=root))
+    rec = state.session
+    ended = f"{rec['id']} is {rec['status']}" + (
+        f" ({rec['stop_reason']})" if rec.get("stop_reason") else ""
+    )
+    if params.session is None:
+        ended = f"no session is running{where}; the latest, {ended}"
+    return LoopStopResult(stopped=False, message=f"nothing to stop: {ended}", state=state)
 
 
 class RunsListResult(msgspec.Struct, kw_only=True):
@@ -414,7 +557,11 @@ async def prompt_preview(ctx: CallContext, params: w.PromptPreviewParams) -> Pro
                 )
     baseline = {t.name: t.baseline for t in spec.tunables}
     messages = build_messages(
-        prompt_parts(spec, settings), state, spec.tunables, baseline_params=baseline
+        prompt_parts(spec, settings),
+        state,
+        spec.tunables,
+        baseline_params=baseline,
+        constraints=spec.constraints,
     )
     return PromptPreviewResult(
         messages=messages,

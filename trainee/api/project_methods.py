@@ -17,6 +17,7 @@ from trainee.errors import ConfigError, InvalidParams
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import config_diff, render_round
 from trainee.launch.sandbox import check_bwrap
+from trainee.policies import needs_provider
 from trainee.session.doctor import DoctorReport, run_doctor
 from trainee.spec import (
     ProjectFileSpec,
@@ -25,6 +26,7 @@ from trainee.spec import (
     TuningFileSpec,
     check_project,
     load_project,
+    load_project_file,
     save_project_files,
 )
 from trainee.spec import wire as w
@@ -53,18 +55,33 @@ def project_root_of(ctx: CallContext, given: str | None) -> str:
     return os.path.realpath(given)
 
 
+def project_policy(root: str) -> str:
+    """The project's ``decision.policy`` (``llm`` when project.yaml is missing or invalid:
+    the setup commands report that file's problems themselves)."""
+    try:
+        return str(load_project_file(Path(root) / ".trainee" / "project.yaml").decision.policy)
+    except (ConfigError, OSError):
+        return "llm"
+
+
 async def _provider_test(
-    ctx: CallContext, skip: bool, env: dict[str, str] | None = None
+    ctx: CallContext, skip: bool, env: dict[str, str] | None, policy: str
 ) -> dict[str, Any]:
+    """The provider's live test as init and prepare report it: ``needed`` says whether
+    the project's policy asks a provider (a failed test then fails the command)."""
+    needed = needs_provider(policy)
+    base: dict[str, Any] = {"policy": policy, "needed": needed}
     if skip:
-        return {"skipped": True}
-    from trainee.llm.client import live_test
+        return {**base, "skipped": True, "reason": "--skip-provider-test"}
+    if not needed:
+        return {**base, "skipped": True, "reason": f"policy {policy} needs no provider"}
+    from trainee.llm.client import live_test_all
     from trainee.llm.settings import load_settings
 
     settings = load_settings(env or dict(os.environ))
     if settings.provider == "none":
-        return {"ok": False, "provider": "none", "error": "no LLM provider configured"}
-    return await live_test(settings)
+        return {**base, "ok": False, "provider": "none", "error": "no LLM provider is configured"}
+    return {**base, **await live_test_all(settings)}
 
 
 class InitOutput(msgspec.Struct, kw_only=True):
@@ -76,18 +93,29 @@ class InitOutput(msgspec.Struct, kw_only=True):
 async def project_init(ctx: CallContext, params: w.ProjectInitParams) -> InitOutput:
     """Create the .trainee/ files of a project (non-destructive unless ``force``).
 
-    Writes project.yaml (from static discovery: entrypoint, environment, fixed
-    limit flags), an empty tuning.yaml, context.md, README.md (what was
-    detected and why), logs/, runs/, artifacts/ and a .gitignore. Existing
-    files are kept and reported as kept.
+    Writes project.yaml (from static discovery: entrypoint or the given
+    ``command``, environment, output flag, fixed limit flags), an empty
+    tuning.yaml, context.md, README.md (what was detected and why), logs/,
+    runs/, artifacts/ and a .gitignore. Existing files are kept and reported as
+    kept; with ``force`` project.yaml is regenerated but fields the user
+    changed are kept (``kept_fields``) or listed with a backup (``replaced_fields``).
+    ``provider_test`` is the live test of the LLM provider when the project's decision
+    policy needs one (``needed``).
     """
     root = project_root_of(ctx, params.project_root)
     result = await anyio.to_thread.run_sync(
-        lambda: init_project(root, baseline_config=params.baseline_config, force=params.force)
+        lambda: init_project(
+            root,
+            baseline_config=params.baseline_config,
+            force=params.force,
+            command=params.command,
+            env=params.env,
+        )
     )
+    policy = await anyio.to_thread.run_sync(project_policy, root)
     return InitOutput(
         init=result,
-        provider_test=await _provider_test(ctx, params.skip_provider_test, params.env),
+        provider_test=await _provider_test(ctx, params.skip_provider_test, params.env, policy),
     )
 
 
@@ -105,9 +133,10 @@ async def project_prepare(ctx: CallContext, params: w.ProjectPrepareParams) -> P
     """
     root = project_root_of(ctx, params.project_root)
     result = await anyio.to_thread.run_sync(lambda: prepare_project(root, replace=params.replace))
+    policy = await anyio.to_thread.run_sync(project_policy, root)
     return PrepareOutput(
         prepare=result,
-        provider_test=await _provider_test(ctx, params.skip_provider_test, params.env),
+        provider_test=await _provider_test(ctx, params.skip_provider_test, params.env, policy),
     )
 
 
@@ -131,16 +160,23 @@ async def project_doctor(ctx: CallContext, params: w.DoctorParams) -> DoctorRepo
     """Check that a project is ready to run: one row per check, each pass / warn / fail with a fix.
 
     Config, data paths, environment, launcher, sandbox, paths inside
-    .trainee/, output.config_path, the provider live test, and each metric spec
-    tried on the last round log when there is one.
+    .trainee/, output.config_path, the provider live test (only for the policies that
+    need one: ``policy``, default decision.policy), and each metric spec tried on the
+    last round log when there is one, read as the runtime reads it.
     """
     root = project_root_of(ctx, params.project_root)
     env = params.env if params.env is not None else dict(os.environ)
-    return await run_doctor(root, env=env, skip_provider_test=params.skip_provider_test)
+    return await run_doctor(
+        root, env=env, skip_provider_test=params.skip_provider_test, policy=params.policy
+    )
 
 
 class DryRunResult(msgspec.Struct, kw_only=True):
     project_root: str
+    session: str
+    """The id the next session would get (``session-0003`` once two exist)."""
+    round: int
+    """The round shown: the next session's baseline, round 1."""
     security_mode: str
     command: str
     argv: list[str]
@@ -154,11 +190,13 @@ class DryRunResult(msgspec.Struct, kw_only=True):
 async def loop_dry_run(ctx: CallContext, params: w.DryRunParams) -> DryRunResult:
     """Preflight, then the exact baseline command and the round config diff; starts nothing.
 
-    Creates no runtime database and no round folder: the round config is
-    rendered to a temporary file only to show its diff against the baseline.
+    Shows the session and round numbers (and so the paths and TRAINEE_* values) the
+    next session would really get. Creates no runtime database and no round folder:
+    the round config is rendered to a temporary file only to show its diff.
     """
     root = project_root_of(ctx, params.project_root)
     spec = await anyio.to_thread.run_sync(load_project, root)
+    session = await _next_session_index(ctx, root)
     mode = params.security_mode or str(spec.advanced.security_mode)
     if mode not in ("guarded", "unsafe"):
         raise InvalidParams(
@@ -167,10 +205,21 @@ async def loop_dry_run(ctx: CallContext, params: w.DryRunParams) -> DryRunResult
     if mode == SecurityMode.GUARDED:
         await anyio.to_thread.run_sync(check_bwrap)
     env = params.env or dict(os.environ)
-    return await anyio.to_thread.run_sync(lambda: _dry_run(spec, mode, env))
+    return await anyio.to_thread.run_sync(lambda: _dry_run(spec, mode, env, session))
 
 
-def _dry_run(spec: ProjectSpec, mode: str, env: dict[str, str]) -> DryRunResult:
+async def _next_session_index(ctx: CallContext, root: str) -> int:
+    """The index ``loop_start`` would give the next session, read from the same store;
+    1 while the project has no runtime database (none is created to find out)."""
+    if not ProjectLayout.for_root(root).database.exists():
+        return 1
+    from trainee.api.loop_methods import manager_of
+
+    store = await manager_of(ctx).store_for(root)
+    return await store.next_session_index()
+
+
+def _dry_run(spec: ProjectSpec, mode: str, env: dict[str, str], session: int) -> DryRunResult:
     import tempfile
 
     from trainee.launch.layout import ProjectLayout as _PL
@@ -179,14 +228,14 @@ def _dry_run(spec: ProjectSpec, mode: str, env: dict[str, str]) -> DryRunResult:
     # Render against a throwaway copy of the layout so nothing is created in the project.
     with tempfile.TemporaryDirectory(prefix="trainee-dry-") as tmp:
         real = ProjectLayout.for_root(spec.project_root, env)
-        rnd = real.session(1).round(1)
+        rnd = real.session(session).round(1)
         shown = render_round(
             spec, rnd, baseline, base_env=env, security_mode=mode, write_config=False
         )
         diff = ""
         if spec.baseline_config:
             scratch = _PL(Path(spec.project_root), Path(tmp) / ".trainee", Path(tmp) / ".trainee")
-            scratch_rnd = scratch.session(1).round(1)
+            scratch_rnd = scratch.session(session).round(1)
             from trainee.launch.roundconfig import write_round_config
 
             written = write_round_config(spec, scratch_rnd, baseline)
@@ -194,10 +243,14 @@ def _dry_run(spec: ProjectSpec, mode: str, env: dict[str, str]) -> DryRunResult:
                 text = config_diff(Path(spec.baseline_config), written)
                 diff = text.replace(str(scratch_rnd.dir), str(rnd.dir))
     visible_env = {
-        k: v for k, v in shown.env.items() if k.startswith("TRAINEE_") or k in _SHOWN_ENV
+        k: v
+        for k, v in shown.env.items()
+        if k.startswith("TRAINEE_") or k in _SHOWN_ENV or k in spec.launch.env
     }
     return DryRunResult(
         project_root=spec.project_root,
+        session=rnd.session.id,
+        round=rnd.index,
         security_mode=mode,
         command=shown.display,
         argv=list(shown.argv),

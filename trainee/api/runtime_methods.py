@@ -22,6 +22,8 @@ from trainee.spec import wire as w
 
 class LlmTestParams(w.Wire):
     provider: str | None = None
+    env: dict[str, str] | None = None
+    """The caller's environment (as doctor and loop_start take it); default: the daemon's."""
 
 
 def _env() -> dict[str, str]:
@@ -63,14 +65,20 @@ async def runtime_provider_update(
 
 @registry.method(LlmTestParams, dict[str, Any])
 async def llm_test(ctx: CallContext, params: LlmTestParams) -> dict[str, Any]:
-    """Live-test a provider with a tiny real request (default: the active one).
+    """Live-test a provider with a tiny real structured request, negotiated as a decision's
+    is (default: the active one).
 
-    Returns ``ok``, the provider, model and latency, or the error.
+    Returns ``ok``, the provider, model, URL, latency and the response format that worked
+    (json_schema, json_object or text), or the error. Settings are resolved from ``env``
+    when given (the caller's shell, as doctor does), else from the daemon's environment;
+    ``environment`` says which.
     """
     from trainee.llm.client import live_test
 
-    settings = load_settings(_env())
-    return await live_test(settings, params.provider)
+    settings = load_settings(params.env if params.env is not None else _env())
+    result = await live_test(settings, params.provider)
+    result["environment"] = "caller" if params.env is not None else "daemon"
+    return result
 
 
 class DebugResult(w.Wire):

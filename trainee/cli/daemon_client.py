@@ -50,14 +50,14 @@ def spawn_daemon(extra_args: list[str] | None = None) -> str:
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     log = log_path()
     read_fd, write_fd = os.pipe()
-    port = os.environ.get("TRAINEE_HTTP_PORT", "8000")
+    port, _ = paths.http_port()
     cmd = [
         sys.executable,
         "-m",
         "trainee.daemon",
         "--port",
-        port,
-        "--port-fallback",
+        str(port),
+        "--port-fallback",  # the CLI needs the socket: a taken HTTP port gives way
         "--ready-fd",
         str(write_fd),
         *(extra_args or []),
@@ -70,7 +70,8 @@ def spawn_daemon(extra_args: list[str] | None = None) -> str:
             stdout=log_fh,
             stderr=log_fh,
             pass_fds=(write_fd,),
-            start_new_session=True,
+            start_new_session=True,  # a Ctrl-C in the terminal that started it is not its
+            cwd="/",  # it holds no project's folder (every path it gets is absolute)
             close_fds=True,
         )
     os.close(write_fd)
@@ -131,7 +132,14 @@ def ensure_daemon(timeout: float | None = 60.0) -> RpcClient:
     return connect(timeout)
 
 
-def call(method: str, params: dict[str, Any] | None = None, *, autostart: bool = True) -> Any:
-    client = ensure_daemon() if autostart else connect()
+def call(
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    autostart: bool = True,
+    timeout: float | None = 60.0,
+) -> Any:
+    """One call; a daemon is started first when none answers (unless not ``autostart``)."""
+    client = ensure_daemon(timeout) if autostart else connect(timeout)
     with client:
         return client.call(method, params or {})

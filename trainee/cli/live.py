@@ -1,106 +1,298 @@
 """The live session view of ``trainee run`` and ``trainee attach``.
 
-Renders a session's event stream for a person: a header per round, the tail
-of the training output, metrics as they arrive (throttled), each decision
-(hypothesis, params diff, expected outcome), and a final summary table with
-the report path. First Ctrl-C asks the session to stop and keeps watching;
-a second one detaches (the session goes on in the daemon).
+On a terminal, what happens is printed as it happens (a header per round, each
+decision with its hypothesis, change and expectation, each round's result), while
+the bottom of the screen keeps a live status line, ``round n/N · elapsed · best vs
+baseline``, under a bounded tail of the running round's output (rich Live).
+``--full-output`` prints every output line instead of the tail. When stdout is not
+a terminal the view is plain lines: the job's output only with ``--full-output``,
+throttled metric lines, and the status line after each round. A missing value
+prints an en dash. The session ends with a table of its rounds and the report path.
+
+Ctrl-C: in ``run`` the first asks the session to stop and keeps watching, a second
+detaches; in ``attach`` the first detaches (the session goes on) and says how to
+stop it. When the daemon goes away mid-session the view starts one (which
+re-adopts and resumes the session) and watches on from the last event it showed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
 import threading
 import time
+from collections import deque
 
 from trainee import errors
 from trainee.cli import daemon_client
-from trainee.cli.output import print_json
+from trainee.cli.output import (
+    MISSING,
+    fmt_best_vs_baseline,
+    fmt_duration,
+    fmt_value,
+    print_json,
+)
 
 TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
 if TYPE_CHECKING:
     from typing import Any
 
+    from rich.console import Console, RenderableType
+    from rich.live import Live
+
+    from trainee.rpc.client import RpcClient
+
 METRIC_EVERY = 1.0
+"""Plain mode: at most one metric line per this many seconds."""
+TAIL_LINES = 8
+"""Terminal mode: the last lines of the job's output kept on screen."""
+RECONNECTS = 5
+"""Daemon restarts in a row (no event between them) before the view gives up."""
+
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+def clean_line(text: str) -> str:
+    """One output line as a terminal would leave it: no escape sequences, what follows
+    the last carriage return (progress bars), no other control characters."""
+    text = _ANSI.sub("", text)
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p]
+        text = parts[-1] if parts else ""
+    return _CONTROL.sub("", text.replace("\t", "    "))
 
 
 def diff_text(diff: dict[str, Any]) -> str:
     parts = []
     for name, change in diff.items():
         if isinstance(change, dict) and "from" in change:
-            parts.append(f"{name} {_fmt(change['from'])} → {_fmt(change['to'])}")
+            parts.append(f"{name} {fmt_value(change['from'])} → {fmt_value(change['to'])}")
         else:
-            parts.append(f"{name} → {_fmt(change)}")
+            parts.append(f"{name} → {fmt_value(change)}")
     return ", ".join(parts) or "(no change: baseline params)"
+
+
+class Progress:
+    """What the status line says, kept from the events (seeded from ``loop_get``)."""
+
+    def __init__(self) -> None:
+        self.max_rounds: int | None = None
+        self.started_at = time.time()
+        self.active: dict[int, float] = {}
+        """Rounds running now -> when they started (wall clock)."""
+        self.last_round = 0
+        self.metric: str | None = None
+        self.best: tuple[int, float] | None = None
+        self.baseline: tuple[int, float] | None = None
+        self.latest: dict[str, tuple[float, Any]] = {}
+
+    def seed(self, state: dict[str, Any]) -> None:
+        rec = state.get("session") or {}
+        if rec.get("max_rounds"):
+            self.max_rounds = int(rec["max_rounds"])
+        if rec.get("created_at"):
+            self.started_at = float(rec["created_at"])
+        rounds = state.get("rounds") or []
+        if rounds:
+            self.last_round = max(int(r["index"]) for r in rounds)
+        for key in ("best", "baseline"):
+            r = state.get(key)
+            if r and r.get("primary_metric") is not None:
+                setattr(self, key, (int(r["index"]), float(r["primary_metric"])))
+        current = state.get("current_round")
+        if current and current.get("status") == "running":
+            self.active[int(current["index"])] = float(current.get("started_at") or time.time())
+
+    def round_started(self, index: int) -> None:
+        self.active[index] = time.time()
+        self.last_round = max(self.last_round, index)
+        self.latest = {}
+
+    def round_finished(self, d: dict[str, Any]) -> None:
+        index = d.get("round")
+        if isinstance(index, int):
+            self.active.pop(index, None)
+            self.last_round = max(self.last_round, index)
+        if d.get("metric_name"):
+            self.metric = str(d["metric_name"])
+        metric = d.get("metric")
+        if isinstance(index, int) and isinstance(metric, int | float):
+            if d.get("verdict") == "baseline":
+                self.baseline = self.best = (index, float(metric))
+            elif d.get("verdict") == "kept" or d.get("best_round") == index:
+                self.best = (index, float(metric))
+
+    def line(self, now: float | None = None) -> str:
+        now = time.time() if now is None else now
+        shown = sorted(self.active) or ([self.last_round] if self.last_round else [])
+        total = str(self.max_rounds) if self.max_rounds else "?"
+        rounds = ",".join(str(i) for i in shown) or MISSING
+        parts = [f"round {rounds}/{total}", fmt_duration(now - self.started_at)]
+        name = self.metric or "metric"
+        if self.baseline is None and self.best is None:
+            parts.append("no baseline yet")
+        else:
+            best = self.best[1] if self.best else None
+            base = self.baseline[1] if self.baseline else None
+            same = (
+                self.best is not None and self.baseline is not None and self.best == self.baseline
+            )
+            where = f" (round {self.best[0]})" if self.best and not same else ""
+            parts.append(f"best {name} {fmt_best_vs_baseline(best, base, same_round=same)}{where}")
+        if self.active and self.latest:
+            now_metrics = "  ".join(
+                f"{n}={fmt_value(v)}" + (f"@{s}" if s is not None else "")
+                for n, (v, s) in sorted(self.latest.items())
+            )
+            parts.append(f"now {now_metrics}")
+        return " · ".join(parts)
 
 
 class LiveView:
     def __init__(
-        self, session: str, *, json_mode: bool = False, project_root: str | None = None
+        self,
+        session: str,
+        *,
+        json_mode: bool = False,
+        project_root: str | None = None,
+        full_output: bool = False,
     ) -> None:
         from rich.console import Console
 
         self.session = session
         self.project_root = project_root
         self.json_mode = json_mode
-        self.console = Console(highlight=False, soft_wrap=True)
-        self.latest: dict[str, tuple[float, Any]] = {}
+        self.full_output = full_output
+        probe = Console(highlight=False)
+        self.tty = probe.is_interactive and not json_mode
+        # Plain lines are not wrapped at an assumed width; on a terminal rich wraps them.
+        self.console: Console = probe if self.tty else Console(highlight=False, soft_wrap=True)
+        self.progress = Progress()
+        self.tail: deque[tuple[str, str | None]] = deque(maxlen=TAIL_LINES)
         self.last_metric_print = 0.0
         self.finished: dict[str, Any] | None = None
-        self.active: set[int] = set()
-        """Rounds running now: with parallel candidates, output lines name their round."""
+        self.last_id = 0
+        self._lock = threading.RLock()
+        self._live: Live | None = None
+
+    # -- the live region -----------------------------------------------------------------
+
+    def start(self) -> None:
+        if not self.tty or self._live is not None:
+            return
+        from rich.live import Live
+
+        self._live = Live(
+            get_renderable=self._bottom,
+            console=self.console,
+            refresh_per_second=4,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.start()
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _bottom(self) -> RenderableType:
+        from rich.console import Group
+        from rich.text import Text
+
+        with self._lock:
+            rows: list[RenderableType] = []
+            if not self.full_output and self.progress.active:
+                for text, style in self.tail:
+                    rows.append(
+                        Text("  │ " + text, style=style or "dim", no_wrap=True, overflow="ellipsis")
+                    )
+            rows.append(Text(self.progress.line(), style="bold", no_wrap=True, overflow="ellipsis"))
+        return Group(*rows)
+
+    # -- printing ------------------------------------------------------------------------
 
     def say(self, text: str, style: str | None = None) -> None:
-        self.console.print(text, style=style, markup=False)
+        from rich.text import Text
+
+        self.console.print(Text(text, style=style or ""))
+
+    def note(self, text: str) -> None:
+        """A message about the view itself (reconnecting, stopping, detaching)."""
+        if self.json_mode:
+            sys.stderr.write(text + "\n")
+        else:
+            self.say(text, "yellow")
+
+    # -- events --------------------------------------------------------------------------
 
     def handle(self, event: dict[str, Any]) -> None:
+        eid = event.get("id")
+        if isinstance(eid, int):
+            if eid <= self.last_id:
+                return  # seen before a reconnect or a re-watch
+            self.last_id = eid
         data = event.get("data") or {}
         if self.project_root and data.get("project") not in (None, self.project_root):
             return  # the same session id in another project
-        if self.json_mode:
-            print_json(event)
-            if event.get("kind") == "session.finished":
-                self.finished = event.get("data") or {}
-            return
-        kind = event.get("kind", "")
-        data = event.get("data") or {}
-        render = getattr(self, "on_" + kind.replace(".", "_"), None)
-        if render is not None:
-            render(data)
-        elif kind.startswith("note"):
-            self.say(f"note: {data}", "italic")
+        kind = str(event.get("kind", ""))
+        with self._lock:
+            if self.json_mode:
+                print_json(event)
+                if kind == "session.finished":
+                    self.finished = data
+                return
+            render = getattr(self, "on_" + kind.replace(".", "_"), None)
+            if render is not None:
+                render(data)
+            elif kind.startswith("note"):
+                self.say(f"note: {data}", "italic")
 
     def on_session_started(self, d: dict[str, Any]) -> None:
+        if d.get("max_rounds"):
+            self.progress.max_rounds = int(d["max_rounds"])
         self.say(
             f"trainee {self.session} on {d.get('project')} — policy {d.get('policy')}, "
             f"up to {d.get('max_rounds')} rounds",
             "bold",
         )
 
+    def on_decision_started(self, d: dict[str, Any]) -> None:
+        self.deciding_since = time.monotonic()
+        self.say(f"\n… deciding round {d.get('round')} ({d.get('policy')})", "dim")
+
     def on_decision(self, d: dict[str, Any]) -> None:
-        who = d.get("policy", "")
+        who = str(d.get("policy", ""))
         if d.get("provider"):
             who += f" via {d['provider']} {d.get('model', '')}".rstrip()
+        if d.get("response_format"):
+            who += f", {d['response_format']}"
         step = ""
         if int(d.get("batch_size") or 1) > 1:
             step = f"step {d.get('batch')}: "
+        took = ""
+        since = getattr(self, "deciding_since", None)
+        if since is not None:
+            took = f" in {time.monotonic() - since:.0f} s"
         self.say(
-            f"\n── {step}decision for round {d.get('round')} ({who})"
+            f"\n── {step}decision for round {d.get('round')} ({who}){took}"
             + (" [repaired]" if d.get("repaired") else ""),
             "cyan",
         )
+        for failed in d.get("failed_attempts") or []:
+            self.say(
+                f"   {failed.get('provider')} failed ({failed.get('kind')}): {failed.get('error')}",
+                "yellow",
+            )
         if d.get("stop"):
-            self.say(f"   stop: {d.get('stop_reason')}", "cyan")
+            self.say(f"   stop: {d.get('stop_reason') or MISSING}", "cyan")
             return
-        self.say(f"   hypothesis: {d.get('hypothesis')}")
+        self.say(f"   hypothesis: {d.get('hypothesis') or MISSING}")
         self.say(f"   change:     {diff_text(d.get('diff') or {})}")
-        self.say(f"   expected:   {d.get('expected')}")
+        self.say(f"   expected:   {d.get('expected') or MISSING}")
 
     def on_batch_started(self, d: dict[str, Any]) -> None:
         rounds = ", ".join(str(r) for r in d.get("rounds", []))
@@ -124,15 +316,15 @@ class LiveView:
         )
         self.say(f"$ {d.get('command')}", "dim")
         if isinstance(d.get("round"), int):
-            self.active.add(d["round"])
-        self.latest = {}
+            self.progress.round_started(d["round"])
+        self.tail.clear()
 
     def on_round_state(self, d: dict[str, Any]) -> None:
         self.say(f"round {d.get('round')}: {d.get('state')} ({d.get('detail')})", "dim")
 
     def on_round_readopted(self, d: dict[str, Any]) -> None:
         if isinstance(d.get("round"), int):
-            self.active.add(d["round"])
+            self.progress.round_started(d["round"])
         what = (
             f"{d.get('backend')} job {d.get('job_id')}"
             if d.get("job_id")
@@ -144,45 +336,66 @@ class LiveView:
         self.say(f"round {d.get('round')}: its monitor was lost; running it again", "yellow")
 
     def on_output(self, d: dict[str, Any]) -> None:
-        if d.get("skipped"):
-            self.say(f"  … {d['skipped']} lines not shown (all are in the round log)", "dim")
-        mark = f"r{d.get('round')} │ " if len(self.active) > 1 else "│ "
-        for line in d.get("lines", []):
-            style = "red" if line.get("stream") == "stderr" else None
-            self.say("  " + mark + str(line.get("text", "")), style)
+        several = len(self.progress.active) > 1
+        mark = f"r{d.get('round')} │ " if several else ""
+        lines = [
+            (mark + clean_line(str(line.get("text", ""))), line.get("stream"))
+            for line in d.get("lines", [])
+        ]
+        if self.full_output:
+            if d.get("skipped"):
+                self.say(f"  … {d['skipped']} lines not shown (all are in the round log)", "dim")
+            for text, stream in lines:
+                self.say("  │ " + text, "red" if stream == "stderr" else None)
+        elif self.tty:
+            for text, stream in lines:
+                self.tail.append((text, "red" if stream == "stderr" else None))
 
     def on_metric(self, d: dict[str, Any]) -> None:
         for name, value, step, _seq in d.get("points", []):
-            self.latest[name] = (value, step)
+            self.progress.latest[name] = (value, step)
+        if self.tty:
+            return  # the status line shows them
         now = time.monotonic()
-        if now - self.last_metric_print >= METRIC_EVERY and self.latest:
+        if now - self.last_metric_print >= METRIC_EVERY and self.progress.latest:
             self.last_metric_print = now
             shown = "  ".join(
-                f"{n}={_fmt(v)}" + (f"@{s}" if s is not None else "")
-                for n, (v, s) in sorted(self.latest.items())
+                f"{n}={fmt_value(v)}" + (f"@{s}" if s is not None else "")
+                for n, (v, s) in sorted(self.progress.latest.items())
             )
             self.say(f"  ▸ {shown}", "green")
 
     def on_round_finished(self, d: dict[str, Any]) -> None:
-        self.active.discard(d.get("round"))  # type: ignore[arg-type]
+        self.progress.round_finished(d)
         name = d.get("metric_name") or "metric"
-        metric = d.get("metric")
-        value = f"{name}={_fmt(metric)}" if metric is not None else f"{name}: none"
+        took = ""
         duration = d.get("duration_sec")
-        took = f"  {duration:.1f}s" if isinstance(duration, int | float) else ""
+        if isinstance(duration, int | float):
+            took = f"  {duration:.1f}s"
         style = {"kept": "bold green", "baseline": "bold", "rejected": "red"}.get(
             str(d.get("verdict"))
         )
         self.say(
-            f"round {d.get('round')}: {d.get('status')}  {value}  → {d.get('verdict')}{took}", style
+            f"round {d.get('round')}: {d.get('status')}  {name} {fmt_value(d.get('metric'))}"
+            f"  → {d.get('verdict') or MISSING}{took}",
+            style,
         )
         if d.get("verdict_reason"):
             self.say(f"   {d['verdict_reason']}", "dim")
         if d.get("error"):
             self.say(f"   {d['error']}", "red")
+        if not self.progress.active:
+            self.tail.clear()
+        if not self.tty:
+            self.say(f"   [{self.progress.line()}]", "dim")
 
     def on_session_finished(self, d: dict[str, Any]) -> None:
         self.finished = d
+
+    def policy_name(self, d: dict[str, Any]) -> str:
+        return f"{d['policy']} policy" if d.get("policy") else "policy"
+
+    # -- the end ---------------------------------------------------------------------
 
     def summary(self, state: dict[str, Any] | None) -> None:
         d = self.finished or {}
@@ -192,7 +405,7 @@ class LiveView:
 
         self.say("")
         if state:
-            name = d.get("metric_name") or "metric"
+            name = d.get("metric_name") or self.progress.metric or "metric"
             table = Table(title=f"{self.session}: {d.get('status')} ({d.get('stop_reason')})")
             rounds = state.get("rounds", [])
             steps = [r.get("batch") or 0 for r in rounds]
@@ -201,98 +414,201 @@ class LiveView:
             for col in ("step", *cols) if show_steps else cols:
                 table.add_column(col)
             for r in rounds:
-                metric = r.get("primary_metric")
                 table.add_row(
                     *([str(r.get("batch") or 0)] if show_steps else []),
                     str(r.get("index")),
                     str(r.get("status")),
-                    _fmt(metric) if metric is not None else "-",
-                    str(r.get("verdict") or "-"),
+                    fmt_value(r.get("primary_metric")),
+                    str(r.get("verdict") or MISSING),
                     diff_text(r.get("diff") or {}),
                 )
             self.console.print(table)
+        tail = d.get("log_tail") or []
+        if tail:
+            self.say("last lines of its log:", "bold")
+            for line in tail:
+                self.say(f"  {line}", "dim")
         if d.get("error"):
             self.say(f"error: {d['error']}", "red")
+        if d.get("stop_detail"):
+            self.say(f"stopped by the {self.policy_name(d)}: {d['stop_detail']}", "cyan")
         best, base = d.get("best_metric"), d.get("baseline_metric")
         if best is not None and base is not None:
             change = (best - base) / abs(base) * 100 if base else 0.0
             self.say(
-                f"best: round {d.get('best_round')} {d.get('metric_name')}={_fmt(best)} "
-                f"(baseline {_fmt(base)}, {change:+.1f}%)",
+                f"best: round {d.get('best_round')} {d.get('metric_name')}={fmt_value(best)} "
+                f"(baseline {fmt_value(base)}, {change:+.1f}%)",
                 "bold green",
             )
             self.say(f"best params: {d.get('best_params')}")
-        self.say(f"report: {d.get('report')}", "bold")
+        report = d.get("report") or f"trainee report {self.session}"
+        self.say(f"report: {report}", "bold")
+
+
+def finished_from_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A ``session.finished`` payload from ``loop_get`` (the event itself was missed)."""
+    rec = state.get("session") or {}
+    best, base = state.get("best") or {}, state.get("baseline") or {}
+    return {
+        "status": rec.get("status"),
+        "stop_reason": rec.get("stop_reason"),
+        "error": rec.get("error"),
+        "best_round": rec.get("best_round"),
+        "best_metric": best.get("primary_metric"),
+        "best_params": best.get("params"),
+        "baseline_metric": base.get("primary_metric"),
+    }
 
 
 # A session's end as an exit status (the README's table): a normal stop is success.
 EXIT_FOR_STOP_REASON = {"provider_failed": 9, "user_stop": 0}
 EXIT_SESSION_FAILED = 1
-EXIT_INTERRUPTED = 130
 
 
 def exit_status(finished: dict[str, Any], *, interrupted: bool) -> int:
     reason = str(finished.get("stop_reason"))
     if interrupted and reason == "user_stop":
-        return EXIT_INTERRUPTED
+        return errors.EXIT_INTERRUPTED
     if reason in EXIT_FOR_STOP_REASON:
         return EXIT_FOR_STOP_REASON[reason]
     return 0 if finished.get("status") in ("finished", "stopped") else EXIT_SESSION_FAILED
 
 
+def stop_hint(session: str, project_root: str | None) -> str:
+    """The command that stops ``session``, with ``--project-root`` unless it is the cwd's."""
+    import os
+    import shlex
+
+    here = os.path.realpath(os.getcwd())
+    where = "" if project_root in (None, here) else f" --project-root {shlex.quote(project_root)}"
+    return f"trainee stop {session}{where}"
+
+
 def watch_session(
-    session: str, project_root: str | None, *, json_mode: bool, since: int | None = 0
+    session: str,
+    project_root: str | None,
+    *,
+    json_mode: bool,
+    since: int | None = 0,
+    attach: bool = False,
+    full_output: bool = False,
 ) -> int:
     """Render ``session`` live until it finishes; returns the CLI exit status.
 
     ``since``: the event id to replay from (a new session's start cursor, so an
     earlier run of a resumed session is not replayed); None for live events only.
+    ``attach``: Ctrl-C detaches rather than stopping the session.
     """
-    view = LiveView(session, json_mode=json_mode, project_root=project_root)
-    client = daemon_client.ensure_daemon(timeout=None)
+    view = LiveView(
+        session, json_mode=json_mode, project_root=project_root, full_output=full_output
+    )
+    params: dict[str, Any] = {"session": session}
+    if project_root:
+        params["project_root"] = project_root
+    state = daemon_client.call("loop_get", params)
+    view.progress.seed(state)
     stopping = False
     stop_error: list[BaseException] = []
 
     def ask_stop() -> None:
         try:
-            params = {"session": session}
-            if project_root:
-                params["project_root"] = project_root
-            daemon_client.call("loop_stop", params, autostart=False)
+            daemon_client.call("loop_stop", params, autostart=False, timeout=None)
         except BaseException as exc:  # reported after the view ends
             stop_error.append(exc)
 
-    with client:
-        params: dict[str, Any] = {"session": session}
-        if since is not None:
-            params["since"] = since
-        client.call("events_watch", params)
+    watcher = _Watcher(session)
+    failures = 0
+    view.start()
+    try:
         while view.finished is None:
             try:
-                note = client.next_notification(timeout=None)
+                if watcher.client is None:
+                    watcher.open(view.last_id or since)
+                note = watcher.next()
+                if note is None or note.get("method") != "events":
+                    continue
+                body = note.get("params") or {}
+                before = view.last_id
+                for event in body.get("events", []):
+                    view.handle(event)
+                if view.last_id != before:
+                    failures = 0
+                if body.get("gap"):
+                    watcher.rewatch(view.last_id)
+            except errors.DaemonNotRunning:
+                watcher.close()
+                failures += 1
+                if failures > RECONNECTS:
+                    raise
+                view.note(
+                    f"the daemon went away: starting one; it re-adopts {session} "
+                    "and the view goes on from the last event shown"
+                )
+                state = daemon_client.call("loop_get", params)  # starts a daemon if none answers
+                if not state["running"]:
+                    view.finished = finished_from_state(state)
+                    break
+                since = view.last_id or since or 0
+                continue
             except KeyboardInterrupt:
-                if stopping:
+                if attach or stopping:
+                    view.stop()
                     sys.stderr.write(
-                        f"\ndetached from {session}; it goes on (trainee attach {session})\n"
+                        f"\ndetached from {session}; it goes on in the daemon\n"
+                        f"  watch it again: trainee attach {session}\n"
+                        f"  stop it:        {stop_hint(session, project_root)}\n"
                     )
                     return 0
                 stopping = True
-                sys.stderr.write(f"\nstopping {session}… (Ctrl-C again to detach)\n")
+                view.note(f"stopping {session}… (Ctrl-C again to detach)")
                 threading.Thread(target=ask_stop, daemon=True).start()
-                continue
-            if note is None or note.get("method") != "events":
-                continue
-            for event in note["params"].get("events", []):
-                view.handle(event)
-    state = None
-    try:
-        get: dict[str, Any] = {"session": session}
-        if project_root:
-            get["project_root"] = project_root
-        state = daemon_client.call("loop_get", get, autostart=False)
-    except errors.TraineeError:
-        pass
+    finally:
+        view.stop()
+        watcher.close()
+    with contextlib.suppress(errors.TraineeError):
+        state = daemon_client.call("loop_get", params, autostart=False)
     view.summary(state)
     for exc in stop_error:
         sys.stderr.write(f"the stop request failed: {exc}\n")
     return exit_status(view.finished or {}, interrupted=stopping)
+
+
+class _Watcher:
+    """One ``events_watch`` stream of a session on one connection."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self.client: RpcClient | None = None
+        self.watch_id: int | None = None
+        self.since: int | None = None
+
+    def open(self, since: int | None) -> None:
+        self.client = daemon_client.ensure_daemon(timeout=None)
+        self._watch(since)
+
+    def _watch(self, since: int | None) -> None:
+        assert self.client is not None
+        params: dict[str, Any] = {"session": self.session}
+        if since is not None:
+            params["since"] = since
+        self.since = since
+        self.watch_id = int(self.client.call("events_watch", params)["watch_id"])
+
+    def next(self) -> dict[str, Any] | None:
+        assert self.client is not None
+        return self.client.next_notification(timeout=None)
+
+    def rewatch(self, last_id: int) -> None:
+        """After a gap (the stream fell behind and was dropped): watch again from the
+        last event shown, unless nothing was shown since this watch began (a gap at
+        its start: older events are gone, the stream itself goes on)."""
+        if self.client is None or last_id == (self.since or 0):
+            return
+        with contextlib.suppress(errors.NotFound):
+            self.client.call("events_unwatch", {"watch_id": self.watch_id})
+        self._watch(last_id)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None

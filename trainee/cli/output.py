@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 
@@ -13,39 +14,36 @@ TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up 
 if TYPE_CHECKING:
     from typing import Any
 
-# Most specific first: the first class in an error's MRO found here wins.
-EXIT_STATUS: dict[type[errors.TraineeError], int] = {
-    errors.InvalidParams: 2,
-    errors.ConfigError: 3,
-    errors.NotFound: 4,
-    errors.InvalidState: 5,
-    errors.SandboxError: 6,
-    errors.LaunchError: 7,
-    errors.NotAvailable: 8,
-    errors.ProviderError: 9,
-    errors.BudgetExceeded: 10,
-    errors.ProtocolError: 11,
-    errors.InternalError: 70,
-    errors.DaemonNotRunning: 69,
-    errors.ShuttingDown: 75,
-    errors.TraineeError: 1,
-}
-EXIT_INTERRUPTED = 130
-
-
-def exit_status_for(exc: errors.TraineeError) -> int:
-    for cls in type(exc).__mro__:
-        if cls in EXIT_STATUS:
-            return EXIT_STATUS[cls]
-    return 1
+EXIT_STATUS = errors.EXIT_STATUS
+EXIT_INTERRUPTED = errors.EXIT_INTERRUPTED
+exit_status_for = errors.exit_status_for
 
 
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
+_SCHEMA_PATH = re.compile(r"(?P<reason>[^:]+) - at `\$\.?(?P<field>[^`]*)`$")
+
+
+def plain_message(message: str) -> str:
+    """A message without msgspec's JSON path: ``Expected `int` >= 1 - at `$.max_rounds```
+    reads ``max_rounds: expected an int >= 1``."""
+
+    def field_first(m: re.Match[str]) -> str:
+        raw = m.group("reason")
+        lead = raw[: len(raw) - len(raw.lstrip())]
+        reason = raw.strip()
+        reason = re.sub(r"`(\w+)`", r"\1", reason)
+        reason = reason[:1].lower() + reason[1:]
+        field = re.sub(r"\[(\d+)\]", r"[\1]", m.group("field")) or "params"
+        return f"{lead}{field}: {reason}"
+
+    return _SCHEMA_PATH.sub(field_first, message)
+
+
 def _describe(exc: errors.TraineeError) -> str:
-    lines = [f"error: {exc.message}"]
+    lines = [f"error: {plain_message(exc.message)}"]
     data = exc.data
     if isinstance(data, dict):
         hint = data.get("hint")
@@ -91,4 +89,74 @@ def render_mapping(title: str, rows: dict[str, Any]) -> None:
     table.add_column()
     for key, value in rows.items():
         table.add_row(key, str(value))
+    console().print(table)
+
+
+# -- values for a person -------------------------------------------------------------
+
+MISSING = "\u2013"
+"""What a missing value prints as: an en dash (never ``None``)."""
+
+
+def fmt_value(value: Any) -> str:
+    """A metric or parameter value, short: ``0.21996``, ``1.2e-05``, MISSING when missing."""
+    if value is None:
+        return MISSING
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``42s``, ``3m05s``, ``1h02m``; MISSING when unknown."""
+    if seconds is None:
+        return MISSING
+    total = int(max(0.0, seconds))
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def fmt_when(ts: float | None) -> str:
+    """A local date and time to the minute; MISSING when unknown."""
+    if ts is None:
+        return MISSING
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def fmt_best_vs_baseline(
+    best: float | None, baseline: float | None, *, same_round: bool = False
+) -> str:
+    """``0.2199 vs 0.3101 (-29.1%)``; the baseline alone while nothing beat it."""
+    if best is None and baseline is None:
+        return MISSING
+    if best is None or same_round:
+        return f"{fmt_value(baseline)} (baseline)"
+    if baseline is None:
+        return fmt_value(best)
+    change = (best - baseline) / abs(baseline) * 100 if baseline else 0.0
+    return f"{fmt_value(best)} vs {fmt_value(baseline)} ({change:+.1f}%)"
+
+
+def render_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A table for a person; aligned plain columns when not on a terminal."""
+    if not sys.stdout.isatty():
+        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+        for line in [columns, *rows]:
+            cells = [cell.ljust(w) for cell, w in zip(line, widths, strict=True)]
+            sys.stdout.write("  ".join(cells).rstrip() + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
     console().print(table)

@@ -14,7 +14,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="trainee serve", description="Run the trainee daemon.")
     p.add_argument("project_root", nargs="?", default=None)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"HTTP port (default ${paths.HTTP_PORT_ENV}, else {paths.DEFAULT_HTTP_PORT}: "
+        "then a free port when it is taken)",
+    )
     p.add_argument(
         "--port-fallback", action="store_true", help="use a free port if --port is taken"
     )
@@ -31,12 +37,22 @@ def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     if root is not None and not root.is_dir():
         sys.stderr.write(f"error: project root {root} is not a folder\n")
         raise SystemExit(2)
+    if args.port is not None:
+        port, asked = args.port, True
+    else:
+        from trainee.errors import TraineeError
+
+        try:
+            port, asked = paths.http_port()
+        except TraineeError as exc:
+            sys.stderr.write(f"error: {exc.message}\n")
+            raise SystemExit(2) from None
     return DaemonConfig(
         socket_path=paths.socket_path(),
         project_root=root,
         host=args.host,
-        port=args.port,
-        port_fallback=args.port_fallback,
+        port=port,
+        port_fallback=args.port_fallback or not asked,
         ready_fd=args.ready_fd,
         log_level=args.log_level.upper(),
     )

@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from trainee import errors, paths
 from trainee.api.context import CallContext, Services
 from trainee.api.table import registry
 from trainee.daemon import systemd
@@ -47,8 +49,9 @@ from trainee.session.manager import SessionManager
 
 log = logging.getLogger("trainee.daemon")
 
-EXIT_ALREADY_RUNNING = 3
-EXIT_START_FAILED = 4
+# Exit statuses from the one table in trainee.errors (``trainee serve`` becomes this process).
+EXIT_ALREADY_RUNNING = errors.EXIT_STATUS[errors.InvalidState]
+EXIT_START_FAILED = errors.EXIT_STATUS[errors.InternalError]
 
 
 @dataclass
@@ -128,6 +131,12 @@ def run(config: DaemonConfig) -> int:
         return EXIT_ALREADY_RUNNING
     try:
         return anyio.run(_serve, config)
+    except errors.TraineeError as exc:
+        # said plainly: this is what `trainee serve` shows in the terminal
+        hint = exc.data.get("hint") if isinstance(exc.data, dict) else None
+        sys.stderr.write(f"error: {exc.message}\n" + (f"hint: {hint}\n" if hint else ""))
+        _write_ready(config.ready_fd, f"FAILED {exc.message}")
+        return errors.exit_status_for(exc)
     except OSError as exc:
         log.error("daemon failed to start: %s", exc)
         _write_ready(config.ready_fd, f"FAILED {exc}")
@@ -172,6 +181,8 @@ async def _serve(config: DaemonConfig) -> int:
         buffer_bytes=limits.watch_bytes,
     )
     manager = SessionManager(bus)
+    # service data (the projects it ran sessions in): ~/.trainee/runtime, private
+    paths.ensure_private_dir(manager.state_dir)
     services = Services(
         bus=bus,
         socket_path=str(config.socket_path),
@@ -260,14 +271,28 @@ async def _serve(config: DaemonConfig) -> int:
 
 
 def _bind_http(config: DaemonConfig) -> socket.socket:
+    choose = f"choose another with --port N or {paths.HTTP_PORT_ENV}=N (0: any free port)"
     try:
         return bind_tcp(config.host, config.port)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE and config.port_fallback:
-            log.warning("port %s is in use; serving HTTP on a free port instead", config.port)
-            return bind_tcp(config.host, 0)
-        raise OSError(
-            exc.errno, f"cannot listen on {config.host}:{config.port}: {exc.strerror}"
+            sock = bind_tcp(config.host, 0)
+            log.warning(
+                "port %s is taken: serving HTTP on port %s instead (%s)",
+                config.port,
+                sock.getsockname()[1],
+                choose,
+            )
+            return sock
+        where = f"{config.host}:{config.port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise errors.PortInUse(
+                f"port {config.port} is taken: cannot serve HTTP on {where}",
+                {"port": config.port, "host": config.host, "hint": choose},
+            ) from None
+        raise errors.InvalidParams(
+            f"cannot serve HTTP on {where}: {exc.strerror}",
+            {"field": "--host/--port", "reason": exc.strerror, "hint": choose},
         ) from None
 
 

@@ -100,7 +100,7 @@ def _chosen(
 ) -> Entrypoint | None:
     if project_file is not None:
         found = entrypoint_for_command(
-            root, discovery, project_file.launch.command, project_file.advanced.working_dir
+            root, discovery, project_file.launch.command or (), project_file.advanced.working_dir
         )
         if found is not None:
             return found
@@ -142,7 +142,8 @@ def _readme_excerpt(root: Path, name: str | None) -> str:
 
 def _launch_section(project: ProjectFileSpec) -> list[str]:
     launch = project.launch
-    out = ["## How trainee runs it", "", f"- command: `{' '.join(launch.command)}`"]
+    command = " ".join(launch.command) if launch.command else project.advanced.shell_command
+    out = ["## How trainee runs it", "", f"- command: `{command}`"]
     if launch.baseline_config:
         out.append(f"- baseline config: `{launch.baseline_config}` (passed as `--config <copy>`)")
     for a in launch.args:

@@ -26,7 +26,17 @@ __all__ = [
 ]
 
 OptionType = Literal["float", "int", "bool", "str", "path"]
-Framework = Literal["argparse", "click", "typer", "configurator", "hydra", "none"]
+Framework = Literal[
+    "argparse",
+    "click",
+    "typer",
+    "configurator",
+    "hydra",
+    "jsonargparse",
+    "lightning_cli",
+    "hf_argparser",
+    "none",
+]
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -71,6 +81,14 @@ class ModuleInfo:
     hydra_config_name: str | None = None
     choice_hints: dict[str, list[Any]] = field(default_factory=dict)
     metric_names: list[str] = field(default_factory=list)
+    main_guard: bool = False
+    """``if __name__ == "__main__":`` or a module-level call that parses the command line."""
+    relative_imports: bool = False
+    """The module imports from its own package (``from .model import``): run it with -m."""
+    training: bool = False
+    """The code looks like training (``.backward()``, ``optimizer.step()``, ``.fit(``)."""
+    subcommands: list[str] = field(default_factory=list)
+    """LightningCLI's subcommands (``fit``) when the CLI has them."""
 
 
 _Reader = Callable[[ast.Module, dict[str, Any], dict[str, str], str], list[EntryOption]]
@@ -87,10 +105,18 @@ def read_module(tree: ast.Module, text: str) -> ModuleInfo:
     hydra = _hydra_main(tree, imports)
     if hydra is not None:
         info.hydra_config_path, info.hydra_config_name = hydra
+    info.main_guard = _has_main_guard(tree)
+    info.relative_imports = any(
+        isinstance(n, ast.ImportFrom) and n.level > 0 for n in ast.walk(tree)
+    )
+    info.training = bool(_TRAINING_CODE.search(text))
     readers: tuple[tuple[Framework, _Reader], ...] = (
+        ("hf_argparser", _hf_options),
+        ("lightning_cli", _lightning_options),
         ("argparse", _argparse_options),
         ("click", _click_options),
         ("typer", _typer_options),
+        ("jsonargparse", _jsonargparse_options),
         ("configurator", _configurator_options),
     )
     for framework, reader in readers:
@@ -98,6 +124,8 @@ def read_module(tree: ast.Module, text: str) -> ModuleInfo:
         if options:
             info.options = _dedupe(options)
             info.framework = framework
+            if framework == "lightning_cli" and not _lightning_run_false(tree):
+                info.subcommands = ["fit"]
             break
     else:
         info.framework = "hydra" if hydra is not None else "none"
@@ -744,3 +772,296 @@ def _metric_names(tree: ast.Module) -> list[str]:
                 if match.group(1) not in out:
                     out.append(match.group(1))
     return out[:8]
+
+
+# -- entry signals -----------------------------------------------------------------------------
+
+_TRAINING_CODE = re.compile(
+    r"\.backward\(|optimizer\.step\(|\.fit\(|Trainer\(|trainer\.train\(|train_one_epoch|"
+    r"for\s+\w+\s+in\s+range\(\s*(?:\w+\.)?(?:max_iters|max_steps|epochs|num_epochs|n_epochs)"
+)
+_CLI_CALLS = frozenset(
+    [
+        "parse_args",
+        "parse_known_args",
+        "parse_args_into_dataclasses",
+        "LightningCLI",
+        "CLI",
+        "auto_cli",
+    ]
+)
+
+
+def _has_main_guard(tree: ast.Module) -> bool:
+    """A ``__main__`` guard, or module-level code that reads the command line."""
+    for node in tree.body:
+        if isinstance(node, ast.If):
+            test = _unparse(node.test).replace('"', "'")
+            if "__name__" in test and "'__main__'" in test:
+                return True
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call):
+                name = _call_name(sub)
+                if name in _CLI_CALLS or (name == "exec" and "configurator" in _unparse(sub)):
+                    return True
+    return False
+
+
+def _origin(node: ast.AST, imports: dict[str, str]) -> str:
+    """The dotted origin of a called name (``transformers.HfArgumentParser``)."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Name):
+        return imports.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        return f"{_origin(node.value, imports)}.{node.attr}"
+    return ""
+
+
+def _calls_named(tree: ast.Module, name: str) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n) == name]
+
+
+def _classes(tree: ast.Module) -> dict[str, ast.ClassDef]:
+    return {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+
+
+def _fields_of_dataclass(
+    cls: ast.ClassDef, consts: dict[str, Any], prefix: str = "--"
+) -> list[EntryOption]:
+    """Annotated class attributes (dataclass fields) as options ``--name``."""
+    out: list[EntryOption] = []
+    for item in cls.body:
+        if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
+            continue
+        name = item.target.id
+        if name.startswith("_"):
+            continue
+        kind, choices, _ = _annotation_type(item.annotation, consts, {})
+        option = EntryOption(flag=f"{prefix}{name}", dest=name, flags=[f"{prefix}{name}"])
+        value = item.value
+        if isinstance(value, ast.Call) and _call_name(value) == "field":
+            kw = _keywords(value)
+            meta = kw.get("metadata")
+            if isinstance(meta, ast.Dict):
+                for k, v in zip(meta.keys, meta.values, strict=True):
+                    if isinstance(k, ast.Constant) and k.value == "help":
+                        option.help = _text(v, consts)
+            value = kw.get("default")
+            if value is None and "default_factory" in kw:
+                option.default_source = _unparse(kw["default_factory"]) + "()"
+        ok, default = _literal(value, consts)
+        if value is not None and not ok:
+            option.default_source = _unparse(value)
+        option.default = default if ok else None
+        option.type = kind or (_value_type(default) if ok else None)
+        option.choices = choices
+        if (
+            option.type == "float"
+            and isinstance(option.default, int)
+            and not isinstance(option.default, bool)
+        ):
+            option.default = float(option.default)
+        if option.type == "bool":
+            option.action = "store_true" if not option.default else "toggle"
+            if option.default:
+                option.negative_flag = f"{prefix}no_{name}"
+                option.flags.append(option.negative_flag)
+        out.append(option)
+    return out
+
+
+def _init_params(
+    cls: ast.ClassDef | ast.FunctionDef, consts: dict[str, Any], prefix: str
+) -> list[EntryOption]:
+    """Parameters of a function (or a class's ``__init__``) with their defaults."""
+    func: ast.FunctionDef | None
+    if isinstance(cls, ast.ClassDef):
+        func = next(
+            (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None
+        )
+    else:
+        func = cls
+    if func is None:
+        return []
+    args = func.args.args + func.args.kwonlyargs
+    defaults: list[ast.expr | None] = (
+        [None] * (len(func.args.args) - len(func.args.defaults))
+        + list(func.args.defaults)
+        + list(func.args.kw_defaults)
+    )
+    out: list[EntryOption] = []
+    for arg, default_node in zip(args, defaults, strict=True):
+        if arg.arg in ("self", "cls") or arg.arg.startswith("_"):
+            continue
+        kind, choices, _ = _annotation_type(arg.annotation, consts, {})
+        flag = f"{prefix}{arg.arg}"
+        option = EntryOption(flag=flag, dest=arg.arg, flags=[flag], choices=choices)
+        ok, default = _literal(default_node, consts)
+        if default_node is None:
+            option.required = True
+        elif not ok:
+            option.default_source = _unparse(default_node)
+        option.default = default if ok else None
+        option.type = kind or (_value_type(default) if ok else None)
+        if (
+            option.type == "float"
+            and isinstance(option.default, int)
+            and not isinstance(option.default, bool)
+        ):
+            option.default = float(option.default)
+        out.append(option)
+    return out
+
+
+def _known(prefix: str, rows: str) -> list[EntryOption]:
+    """Options of a library (TrainingArguments, Lightning's Trainer) from a small table
+    ``name type default help`` (one per line; default read as a Python literal)."""
+    out: list[EntryOption] = []
+    for line in rows.strip().splitlines():
+        name, kind, default_text, help_text = line.split(None, 3)
+        default = ast.literal_eval(default_text)
+        flag = f"{prefix}{name}"
+        opt_type: OptionType | None = kind if kind != "-" else None  # type: ignore[assignment]
+        option = EntryOption(flag=flag, dest=name, flags=[flag], type=opt_type, default=default)
+        option.help = help_text
+        out.append(option)
+    return out
+
+
+_HF_TRAINING_ARGS = """
+output_dir str None the output directory where the model predictions and checkpoints will be written
+num_train_epochs float 3.0 total number of training epochs to perform
+max_steps int -1 if > 0: total number of training steps to perform; overrides num_train_epochs
+learning_rate float 5e-05 the initial learning rate for AdamW
+weight_decay float 0.0 weight decay for AdamW
+warmup_steps int 0 linear warmup over warmup_steps
+warmup_ratio float 0.0 linear warmup over warmup_ratio fraction of total steps
+per_device_train_batch_size int 8 batch size per device for training
+per_device_eval_batch_size int 8 batch size per device for evaluation
+gradient_accumulation_steps int 1 number of updates steps to accumulate before a backward/update pass
+lr_scheduler_type str 'linear' the scheduler type to use
+max_grad_norm float 1.0 max gradient norm
+adam_beta1 float 0.9 beta1 for AdamW
+adam_beta2 float 0.999 beta2 for AdamW
+label_smoothing_factor float 0.0 the label smoothing epsilon to apply
+seed int 42 random seed set at the beginning of training
+logging_dir str None tensorboard log dir
+logging_steps int 500 log every X updates steps
+save_steps int 500 save checkpoint every X updates steps
+eval_steps int None run an evaluation every X steps
+do_train bool False whether to run training
+do_eval bool False whether to run eval on the dev set
+overwrite_output_dir bool False overwrite the content of the output directory
+report_to str None the list of integrations to report the results and logs to
+"""
+
+_LIGHTNING_TRAINER = """
+trainer.max_epochs int None stop training once this number of epochs is reached (Lightning's default: 1000)
+trainer.max_steps int -1 stop training after this number of steps (-1: no limit)
+trainer.max_time str None stop after this amount of time (DD:HH:MM:SS)
+trainer.default_root_dir str None default path for logs and weights (default: the current working directory)
+trainer.accelerator str 'auto' the accelerator to use
+trainer.devices str 'auto' the devices to use
+trainer.precision str None double, full, half or mixed precision
+trainer.gradient_clip_val float None the value at which to clip gradients
+trainer.accumulate_grad_batches int 1 accumulates gradients over k batches
+trainer.check_val_every_n_epoch int 1 run validation every n epochs
+trainer.limit_train_batches float 1.0 how much of the training set to use per epoch
+trainer.log_every_n_steps int 50 how often to log within steps
+seed_everything - True the seed of the random generators
+"""
+
+
+def _hf_options(
+    tree: ast.Module, consts: dict[str, Any], imports: dict[str, str], text: str
+) -> list[EntryOption]:
+    """``HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))``: the
+    fields of the module's dataclasses plus the common TrainingArguments."""
+    calls = [c for c in _calls_named(tree, "HfArgumentParser") if c.args]
+    if not calls:
+        return []
+    classes = _classes(tree)
+    arg = calls[0].args[0]
+    names = [e for e in arg.elts] if isinstance(arg, ast.Tuple | ast.List) else [arg]
+    out: list[EntryOption] = []
+    for node in names:
+        name = node.id if isinstance(node, ast.Name) else _unparse(node).rsplit(".", 1)[-1]
+        if name in classes:
+            out += _fields_of_dataclass(classes[name], consts)
+        elif name.endswith("TrainingArguments"):
+            out += _known("--", _HF_TRAINING_ARGS)
+    return out
+
+
+def _lightning_options(
+    tree: ast.Module, consts: dict[str, Any], imports: dict[str, str], text: str
+) -> list[EntryOption]:
+    """``LightningCLI(Model, DataModule)``: the Trainer's common options and the
+    ``__init__`` parameters of the model and data classes defined in this module."""
+    calls = [
+        c
+        for c in _calls_named(tree, "LightningCLI")
+        if "lightning" in _origin(c, imports) or "LightningCLI" in imports
+    ]
+    if not calls:
+        return []
+    call = calls[0]
+    kw = _keywords(call)
+    classes = _classes(tree)
+    out = _known("--", _LIGHTNING_TRAINER)
+    defaults = kw.get("trainer_defaults")
+    if isinstance(defaults, ast.Dict):
+        by_flag = {o.flag: o for o in out}
+        for k, v in zip(defaults.keys, defaults.values, strict=True):
+            ok_k, key = _literal(k, consts)
+            ok_v, value = _literal(v, consts)
+            if not (ok_k and isinstance(key, str) and ok_v) or isinstance(value, list | dict):
+                continue
+            option = by_flag.get(f"--trainer.{key}")
+            if option is None:
+                option = EntryOption(
+                    flag=f"--trainer.{key}", dest=f"trainer.{key}", flags=[f"--trainer.{key}"]
+                )
+                option.type = _value_type(value)
+                out.append(option)
+            option.default = value
+            option.help = (option.help + " (set by trainer_defaults)").strip()
+    for index, (key, prefix) in enumerate(
+        (("model_class", "--model."), ("datamodule_class", "--data."))
+    ):
+        node = call.args[index] if len(call.args) > index else kw.get(key)
+        if isinstance(node, ast.Name) and node.id in classes:
+            out += _init_params(classes[node.id], consts, prefix)
+    return out
+
+
+def _lightning_run_false(tree: ast.Module) -> bool:
+    for call in _calls_named(tree, "LightningCLI"):
+        run = _keywords(call).get("run")
+        if isinstance(run, ast.Constant) and run.value is False:
+            return True
+    return False
+
+
+def _jsonargparse_options(
+    tree: ast.Module, consts: dict[str, Any], imports: dict[str, str], text: str
+) -> list[EntryOption]:
+    """``jsonargparse.CLI(main)`` / ``auto_cli(main)``: the parameters of the function
+    (or the class's ``__init__``) it runs."""
+    if not any(v.startswith("jsonargparse") for v in imports.values()):
+        return []
+    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    classes = _classes(tree)
+    for name in ("CLI", "auto_cli"):
+        for call in _calls_named(tree, name):
+            target = call.args[0] if call.args else None
+            if isinstance(target, ast.Name) and target.id in funcs:
+                return _init_params(funcs[target.id], consts, "--")
+            if isinstance(target, ast.Name) and target.id in classes:
+                return _init_params(classes[target.id], consts, "--")
+            if target is None and len(funcs) == 1:
+                return _init_params(next(iter(funcs.values())), consts, "--")
+    return []

@@ -15,13 +15,14 @@ import ast
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
+from trainee.discovery.limits import is_limit_key, is_tied_key
 from trainee.discovery.options import (
     EntryOption,
     Framework,
@@ -40,12 +41,17 @@ __all__ = [
     "EntryOption",
     "Entrypoint",
     "LimitFlag",
+    "command_settings",
     "discover",
     "entrypoint_for_command",
     "is_data_option",
     "is_limit_name",
+    "limit_flags",
+    "module_assignments",
     "normalize_name",
     "scan_python_file",
+    "script_index",
+    "with_command",
 ]
 
 MAX_FILES = 5_000
@@ -94,15 +100,10 @@ _NOT_CONFIG = _words(
 _MAX_CONFIG_BYTES = 1 << 20
 _MAX_JSON_BYTES = 256 << 10
 
-_LIMIT_RE = re.compile(
-    r"^(?:(?:max|num|n|total|train|training)_){0,2}"
-    r"(?:epochs?|steps?|iters?|iterations?|updates?|batches)(?:_per_epoch)?$"
-)
 _DATA_OPTION_RE = re.compile(
     r"^(?:train_)?(?:data|dataset|datadir|datapath|dataroot)"
     r"(?:_(?:root|dir|directory|path|folder))?$"
 )
-_MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
 _HYDRA_DEFAULTS = re.compile(r"^defaults\s*:", re.M)
 _CONDA_NAME = re.compile(r"""^name\s*:\s*['"]?([^'"#\s]+)['"]?\s*(?:#.*)?$""", re.M)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -139,6 +140,17 @@ class Entrypoint(msgspec.Struct, kw_only=True):
     metric_names: list[str] = msgspec.field(default_factory=list)
     score: int = 0
     notes: list[str] = msgspec.field(default_factory=list)
+    main_guard: bool = False
+    training: bool = False
+    relative_imports: bool = False
+    subcommands: list[str] = msgspec.field(default_factory=list)
+    readme_refs: list[str] = msgspec.field(default_factory=list)
+    """Where the docs run it (``README.md:12``)."""
+    readme_args: list[str] = msgspec.field(default_factory=list)
+    """The words after the script in the first command of the docs that runs it."""
+    config_file: str | None = None
+    """The config file the command passes (a nanoGPT config module given as a
+    positional word); option defaults above are already overridden by it."""
 
 
 class DataDir(msgspec.Struct, kw_only=True):
@@ -156,12 +168,18 @@ class ConfigFile(msgspec.Struct, kw_only=True):
 
 
 class LimitFlag(msgspec.Struct, kw_only=True):
-    """A training-budget option proposed as ``run.fixed_args`` (value None: no default)."""
+    """A training-budget option proposed as ``run.fixed_args`` (value None: no default).
+
+    ``kind: tied`` is a schedule length that follows the budget (lr_decay_iters,
+    warmup_steps): pinned with it, never tuned. ``problem`` says why the value must be
+    chosen (it means "no limit", or it is a very long run)."""
 
     flag: str
     value: Any
     reason: str
     entrypoint: str
+    kind: Literal["limit", "tied"] = "limit"
+    problem: str | None = None
 
 
 class Discovery(msgspec.Struct, kw_only=True):
@@ -187,8 +205,10 @@ class Discovery(msgspec.Struct, kw_only=True):
 
 
 def is_limit_name(name: str) -> bool:
-    """Whether ``name`` (a dest or key leaf) reads as a training budget (epochs, max steps...)."""
-    return bool(_LIMIT_RE.match(normalize_name(name).rsplit(".", 1)[-1]))
+    """Whether ``name`` (a dest or key leaf) reads as a training budget (epochs, max
+    steps, a time limit) or a schedule length tied to it (lr_decay_iters, warmup_steps):
+    never a tunable."""
+    return is_limit_key(name) or is_tied_key(name)
 
 
 def is_data_option(name: str) -> bool:
@@ -287,14 +307,7 @@ def discover(root: Path | str, *, max_files: int = MAX_FILES) -> Discovery:
     entrypoints = _entrypoints(root_path, tree, pyproject, notes)
     data_dirs = _data_dirs(root_path, tree, entrypoints)
     config_files = _config_files(root_path, tree, entrypoints, data_dirs)
-    limits = [
-        LimitFlag(flag=o.flag, value=o.default, reason=_limit_reason(ep, o), entrypoint=ep.path)
-        for ep in entrypoints
-        for o in ep.options
-        if _is_limit_option(o)
-    ]
-    for ep in entrypoints[:1]:
-        limits += _hydra_limits(root_path, ep, notes)
+    limits = [lim for ep in entrypoints for lim in limit_flags(root_path, ep, ep.command)]
     readme = next(
         (
             n
@@ -334,6 +347,124 @@ def resolve_root(root: Path | str) -> Path:
 
 
 def entrypoint_for_command(
+    root: Path | str,
+    discovery: Discovery,
+    command: Iterable[str],
+    working_dir: str = ".",
+) -> Entrypoint | None:
+    """The entrypoint a ``launch.command`` (or shell command's words) runs, if any.
+
+    Matches ``*.py`` words against discovered scripts (a file not discovered is scanned
+    now), ``-m module`` against modules and a bare first word against pyproject scripts.
+    The result's option defaults are those the command really starts with: a nanoGPT
+    config module given as a positional word overrides the script's globals
+    (``config_file`` names it).
+    """
+    words = list(command)
+    ep = _match_command(root, discovery, words, working_dir)
+    if ep is None:
+        return None
+    return with_command(root, ep, words, working_dir)
+
+
+def script_index(ep: Entrypoint, words: Sequence[str]) -> int | None:
+    """The index of the word that names ``ep`` in a command (the script, the module
+    after ``-m`` or the console script), or None."""
+    for i, word in enumerate(words):
+        if ep.kind == "module" and word == ep.module and i > 0 and words[i - 1] == "-m":
+            return i
+        if word.endswith(".py") and os.path.normpath(word) == ep.path:
+            return i
+        if ep.kind == "pyproject_script" and word == ep.script_name:
+            return i
+    for i, word in enumerate(words):
+        if word.endswith(".py") and word.endswith(ep.path.rsplit("/", 1)[-1]):
+            return i
+    return None
+
+
+def with_command(
+    root: Path | str, ep: Entrypoint, words: Sequence[str], working_dir: str = "."
+) -> Entrypoint:
+    """A copy of ``ep`` whose defaults are those ``words`` start it with: for a
+    configurator script, the literal assignments of the config modules given as
+    positional words (``python train.py config/small.py``) override its globals."""
+    if ep.framework != "configurator":
+        return ep
+    index = script_index(ep, words)
+    if index is None:
+        return ep
+    root_path = Path(root).resolve()
+    out = msgspec.structs.replace(ep, options=[msgspec.structs.replace(o) for o in ep.options])
+    by_dest = {o.dest: o for o in out.options}
+    for word in words[index + 1 :]:
+        if word.startswith("-") or not word.endswith(".py"):
+            continue
+        rel = _relative(root_path, root_path / working_dir / word)
+        if rel is None or not (root_path / rel).is_file():
+            continue
+        parsed = _parse(root_path, rel, out.notes)
+        if parsed is None:
+            continue
+        for name, value in module_assignments(parsed[0]).items():
+            option = by_dest.get(name)
+            if option is not None:
+                option.default = value
+                option.default_source = None
+                option.help = (option.help + f" (set by {rel})").strip()
+        out.config_file = rel
+    return out
+
+
+def module_assignments(tree: ast.Module) -> dict[str, Any]:
+    """``name = <literal>`` statements at the top level of a module (a nanoGPT config)."""
+    out: dict[str, Any] = {}
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+            if isinstance(value, bool | int | float | str):
+                out[node.targets[0].id] = value
+    return out
+
+
+def command_settings(ep: Entrypoint, words: Sequence[str]) -> dict[str, str]:
+    """What the words after the entrypoint set: option dest -> value text (``true``
+    for a bare flag), and ``key=value`` overrides as key -> value."""
+    index = script_index(ep, words)
+    rest = list(words[index + 1 :]) if index is not None else []
+    by_flag = {f: o for o in ep.options for f in o.flags}
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        i += 1
+        if word.startswith("-"):
+            flag, eq, value = word.partition("=")
+            option = by_flag.get(flag)
+            dest = option.dest if option is not None else normalize_name(flag)
+            if eq:
+                out[dest] = value
+            elif option is not None and option.type == "bool":
+                out[dest] = "false" if flag == option.negative_flag else "true"
+            elif i < len(rest) and not rest[i].startswith("-"):
+                out[dest] = rest[i]
+                i += 1
+            else:
+                out[dest] = "true"
+        elif "=" in word:
+            key, _, value = word.partition("=")
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def _match_command(
     root: Path | str,
     discovery: Discovery,
     command: Iterable[str],
@@ -476,37 +607,126 @@ def _entry_score(rel: str) -> tuple[int, str] | None:
     return score, f"{why} {where}"
 
 
+_CLI_SIGNAL = re.compile(
+    r"__main__|hydra|configurator|parse_args|LightningCLI|HfArgumentParser|click|typer|"
+    r"jsonargparse|\bCLI\("
+)
+_NOT_TRAINING = re.compile(
+    r"^(?:sample\w*|generate\w*|gen|eval\w*|test\w*|predict\w*|infer\w*|prepare\w*|"
+    r"preprocess\w*|download\w*|export\w*|convert\w*|bench\w*|plot\w*|visuali[sz]\w*|setup|"
+    r"configurator|utils?|helpers?|demo\w*|serve\w*|server|app|make_\w+|build_\w+|score\w*|"
+    r"tokeni[sz]\w*|chat\w*|interactive|profile\w*|check\w*|compare\w*|analy[sz]\w*)$"
+)
+_HELPER_WORD = re.compile(
+    r"tokeni[sz]er|prepare|preprocess|download|eval|sample|generate|export|convert|bench|"
+    r"plot|visuali[sz]|vocab|split|clean"
+)
+README_SCORE = 50
+"""Bonus of a script the README or docs run (the project's own word)."""
+
+
+def _content_score(rel: str, ep: Entrypoint) -> tuple[int, str] | None:
+    """(score, why) of a file that reads the command line but has no entrypoint name."""
+    if not (ep.main_guard and (ep.options or ep.framework != "none")):
+        return None
+    parts = rel.split("/")
+    stem = parts[-1][:-3]
+    score = 40
+    what = f"{ep.framework} options" if ep.options else f"a {ep.framework} app"
+    why = f"{parts[-1]} reads the command line ({what}) under a __main__ guard"
+    if _NOT_TRAINING.match(stem):
+        score -= 35
+    score -= 8 * (len(parts) - 1)
+    if any(p in _AUX_DIRS for p in parts[:-1]):
+        score -= 45
+    return score, why
+
+
+def _module_name(rel: str) -> str | None:
+    parts = rel[:-3].split("/")
+    if parts[0] == "src":
+        parts = parts[1:]
+    if parts and parts[-1] == "__main__":
+        parts = parts[:-1]
+    if not parts or not all(_IDENT.match(p) for p in parts):
+        return None
+    return ".".join(parts)
+
+
+def _in_package(root: Path, rel: str) -> bool:
+    return "/" in rel and (root / rel.rsplit("/", 1)[0] / "__init__.py").is_file()
+
+
 def _entrypoints(
     root: Path, tree: _Tree, pyproject: dict[str, Any], notes: list[str]
 ) -> list[Entrypoint]:
+    from trainee.discovery.readme import readme_commands
+
+    commands = readme_commands(root)
+    by_script: dict[str, list[Any]] = {}
+    by_module: dict[str, list[Any]] = {}
+    for cmd in commands:
+        if cmd.script is not None:
+            target = _relative(root, root / cmd.script)
+            if target is not None:
+                by_script.setdefault(target, []).append(cmd)
+        elif cmd.module is not None:
+            by_module.setdefault(cmd.module, []).append(cmd)
     found: dict[str, Entrypoint] = {}
     for rel in tree.files:
         if not rel.endswith(".py"):
             continue
-        name = rel.rsplit("/", 1)[-1]
+        parts = rel.split("/")
+        name = parts[-1]
+        if any(p in _TEST_DIRS for p in parts[:-1]) or name.startswith("test_"):
+            continue
+        module = _module_name(rel)
+        refs = by_script.get(rel, []) + (by_module.get(module, []) if module else [])
         if name == "__main__.py":
-            parts = rel.split("/")[:-1]
-            if not parts or any(p in _TEST_DIRS for p in parts):
+            mod_parts = parts[:-1]
+            if not mod_parts or module is None:
                 continue
-            mod_parts = parts[1:] if parts[0] == "src" else parts
-            if not mod_parts or not all(_IDENT.match(p) for p in mod_parts):
-                continue
-            module = ".".join(mod_parts)
-            score = 65 - 5 * (len(mod_parts) - 1) + (10 if "train" in module else 0)
+            score = 65 - 5 * (len(module.split(".")) - 1) + (10 if "train" in module else 0)
             if any(p in _AUX_DIRS for p in parts):
                 score -= 45
             reason = f"package {module} has a __main__.py (runs as python -m {module})"
             if parts[0] == "src":
                 reason += "; src/ layout, needs the package installed or PYTHONPATH=src"
             ep = scan_python_file(root, rel, kind="module", reason=reason, module=module)
-            ep.score += score
-            found[rel] = ep
-            continue
-        scored = _entry_score(rel)
-        if scored is None:
-            continue
-        score, why = scored
-        ep = scan_python_file(root, rel, kind="script", reason=why)
+        else:
+            named = _entry_score(rel)
+            if named is None and not refs:
+                text = _read_text(root / rel, MAX_PY_BYTES)
+                if text is None or not _CLI_SIGNAL.search(text):
+                    continue
+            ep = scan_python_file(root, rel, kind="script", reason="")
+            if named and not (ep.main_guard or ep.options or ep.training or refs):
+                if any(p.lower() in _CONFIG_DIR_NAMES for p in parts[:-1]):
+                    continue  # a config module (config/train_small.py), not a script
+                named = (named[0] - 30, named[1] + " (but reads no command line)")
+            elif named and not ep.options and ep.framework == "none":
+                named = (named[0] - 20, named[1] + " (reads no options)")
+            if named and _HELPER_WORD.search(name[:-3]) and name[:-3] != "train":
+                named = (named[0] - 35, named[1] + " (a helper's name)")
+            scored = named or _content_score(rel, ep)
+            if scored is None and refs:
+                scored = (40 - 8 * (len(parts) - 1), f"{name} is run by the docs")
+            if scored is None:
+                continue
+            score, ep.reason = scored
+            by_module_ref = module is not None and module in by_module
+            if module and (by_module_ref or (ep.relative_imports and _in_package(root, rel))):
+                ep.kind, ep.module = "module", module
+                ep.command = _command_for(ep)
+                why = "the docs run it" if by_module_ref else "it uses relative imports"
+                ep.reason += f"; runs as python -m {module} ({why})"
+        if ep.training:
+            score += 15
+        if refs:
+            score += README_SCORE + min(10, 3 * (len(refs) - 1))
+            ep.readme_refs = [f"{c.file}:{c.line}" for c in refs][:5]
+            ep.readme_args = list(refs[0].args)
+            ep.reason += f"; run by {refs[0].file} line {refs[0].line}"
         ep.score += score
         found.setdefault(rel, ep)
     for script, target, table in _pyproject_scripts(pyproject):
@@ -570,7 +790,8 @@ def scan_python_file(
         return ep
     tree, text = parsed
     _fill(ep, read_module(tree, text))
-    if _MAIN_GUARD.search(text):
+    ep.command = _command_for(ep)
+    if ep.main_guard:
         ep.score += 10
     if kind == "pyproject_script" and module and ":" in module:
         func = module.split(":", 1)[1].strip()
@@ -594,6 +815,10 @@ def scan_python_file(
 
 
 def _fill(ep: Entrypoint, info: ModuleInfo) -> None:
+    ep.main_guard = info.main_guard
+    ep.training = info.training
+    ep.relative_imports = info.relative_imports
+    ep.subcommands = list(info.subcommands)
     ep.docstring = info.docstring
     ep.options = info.options
     ep.framework = info.framework
@@ -605,10 +830,10 @@ def _fill(ep: Entrypoint, info: ModuleInfo) -> None:
 
 def _command_for(ep: Entrypoint) -> list[str]:
     if ep.kind == "module" and ep.module:
-        return ["python", "-m", ep.module]
+        return ["python", "-m", ep.module, *ep.subcommands]
     if ep.kind == "pyproject_script" and ep.script_name:
-        return [ep.script_name]
-    return ["python", ep.path]
+        return [ep.script_name, *ep.subcommands]
+    return ["python", ep.path, *ep.subcommands]
 
 
 def _parse(root: Path, rel: str, notes: list[str]) -> tuple[ast.Module, str] | None:
@@ -684,13 +909,17 @@ def _data_dirs(root: Path, tree: _Tree, entrypoints: list[Entrypoint]) -> list[D
                 outside=not inside,
             )
             continue
+        if _code_or_config(tree, rel):
+            continue  # a Python package (src/data) or a config group (configs/data)
         n = _count_below(tree, rel)
         found[rel] = DataDir(path=rel, reason=f"folder named '{parts[-1]}' ({n} files)")
     for rel_dir, counts in tree.ext_counts.items():
         if not rel_dir or any(rel_dir == d or rel_dir.startswith(d + "/") for d in found):
             continue
         parts = rel_dir.split("/")
-        if len(parts) > 3 or any(p in _TEST_DIRS for p in parts):
+        if len(parts) > 3 or any(p in _TEST_DIRS or p in _RESULT_DIRS for p in parts):
+            continue
+        if ".py" in counts:
             continue
         total = sum(counts.values())
         data = {e: c for e, c in counts.items() if e in _DATA_EXTS and e != ".txt"}
@@ -702,6 +931,8 @@ def _data_dirs(root: Path, tree: _Tree, entrypoints: list[Entrypoint]) -> list[D
         for o in ep.options:
             if not is_data_option(o.dest) or not isinstance(o.default, str):
                 continue
+            if os.path.normpath(o.default.strip() or ".") == ".":
+                continue  # '' or '.': a name or "the current folder", not a data folder
             target = _relative(root, root / o.default)
             if target and target not in found and (root / target).is_dir():
                 found[target] = DataDir(
@@ -709,6 +940,21 @@ def _data_dirs(root: Path, tree: _Tree, entrypoints: list[Entrypoint]) -> list[D
                 )
     ordered = sorted(found.values(), key=lambda d: (d.path.count("/"), d.path))
     return ordered[:MAX_DATA_DIRS]
+
+
+_RESULT_DIRS = _words("results result output figures plots images_out samples")
+
+
+def _code_or_config(tree: _Tree, rel: str) -> bool:
+    """A folder holding Python code or only config files (not data)."""
+    below = {d: c for d, c in tree.ext_counts.items() if d == rel or d.startswith(rel + "/")}
+    exts: dict[str, int] = {}
+    for counts in below.values():
+        for ext, n in counts.items():
+            exts[ext] = exts.get(ext, 0) + n
+    if ".py" in exts:
+        return True
+    return bool(exts) and set(exts) <= {".yaml", ".yml"}
 
 
 def _count_below(tree: _Tree, rel: str) -> int:
@@ -802,66 +1048,43 @@ def _config_files(
 # -- training limits -------------------------------------------------------------------------
 
 
-def _is_limit_option(option: EntryOption) -> bool:
-    return (
-        option.type == "int"
-        and option.nargs in (None, "?")
-        and is_limit_name(option.dest)
-        and (option.default is None or isinstance(option.default, int))
-    )
+def limit_flags(
+    root: Path | str, ep: Entrypoint, command: Sequence[str], args: Sequence[Any] = ()
+) -> list[LimitFlag]:
+    """The budget options of ``ep`` that ``command`` does not set itself, and the
+    schedule lengths tied to them, each with the reason to pin it (and a problem when
+    its value must be chosen). A Hydra app's come from its composed config, as
+    override keys (``trainer.max_epochs``). ``args`` (ArgSpecs, e.g. the values of the
+    README's own command) give a limit its value instead of the code's default."""
+    from trainee.discovery.runplan import run_view
 
-
-def _limit_reason(ep: Entrypoint, option: EntryOption) -> str:
-    default = (
-        f"default {option.default}" if option.default is not None else "no default; set a value"
-    )
-    return (
-        f"{ep.path} option {option.flag} ({default}) limits training; kept the same in every "
-        "round so rounds compare fairly"
-    )
-
-
-def _hydra_limits(root: Path, ep: Entrypoint, notes: list[str]) -> list[LimitFlag]:
-    """Training budgets in a Hydra entrypoint's primary config, as override-style flags
-    (``trainer.max_epochs``) so every round trains as long."""
-    if ep.hydra_config_name is None:
-        return []
-    from trainee.spec.yamlio import YamlDocument
-
-    base = (root / ep.path).parent
-    name = ep.hydra_config_name
-    if not name.endswith((".yaml", ".yml")):
-        name += ".yaml"
-    primary = base / (ep.hydra_config_path or ".") / name
-    rel = _relative(root, primary)
-    if rel is None or not (root / rel).is_file():
-        return []
-    try:
-        data, _ = YamlDocument.load(root / rel).to_plain()
-    except ConfigError as exc:
-        notes.append(f"{rel} could not be read as YAML ({exc.reason or exc.message})")
-        return []
+    view = run_view(root, ep, command, args)
     out: list[LimitFlag] = []
-
-    def walk(node: Any, prefix: str) -> None:
-        if not isinstance(node, dict):
-            return
-        for key, value in node.items():
-            if not isinstance(key, str) or key in ("defaults", "hydra") or "." in key:
-                continue
-            dotted = f"{prefix}.{key}" if prefix else key
-            if isinstance(value, dict):
-                walk(value, dotted)
-            elif isinstance(value, int) and not isinstance(value, bool) and is_limit_name(key):
-                out.append(
-                    LimitFlag(
-                        flag=dotted,
-                        value=value,
-                        reason=f"{rel} key {dotted} ({value}) limits training; passed as the "
-                        f"override {dotted}={value} so every round trains as long",
-                        entrypoint=ep.path,
-                    )
-                )
-
-    walk(data, "")
+    where = view.hydra.primary if view.hydra is not None else ep.path
+    for item in view.budget.limits + view.budget.tied:
+        if item.set_by == "launch.command":
+            continue
+        shown = f"default {item.value}" if item.value is not None else "no default"
+        if item.set_by is not None:
+            shown = f"{item.value} as the docs run it"
+        if item.kind == "limit":
+            reason = (
+                f"{where} {item.flag} ({shown}) limits training; kept the same in every "
+                "round so rounds compare fairly"
+            )
+        else:
+            reason = (
+                f"{where} {item.flag} ({shown}) is a schedule length tied to the training "
+                "limit; pinned with it, not tuned"
+            )
+        out.append(
+            LimitFlag(
+                flag=item.flag,
+                value=item.value,
+                reason=reason,
+                entrypoint=ep.path,
+                kind=item.kind,
+                problem=item.problem,
+            )
+        )
     return out

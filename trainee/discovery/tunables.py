@@ -69,6 +69,7 @@ from trainee.spec import (
 __all__ = [
     "DEFAULT_LIMIT",
     "ApplyResult",
+    "ConstraintSuggestion",
     "Excluded",
     "Skipped",
     "Suggestion",
@@ -129,12 +130,20 @@ class Excluded(msgspec.Struct, kw_only=True):
     reason: str
 
 
+class ConstraintSuggestion(msgspec.Struct, kw_only=True):
+    """A tuning.yaml ``constraints:`` entry over param names, and the code that says so."""
+
+    expr: str
+    reason: str
+
+
 class SuggestionReport(msgspec.Struct, kw_only=True):
     suggestions: list[Suggestion]
     excluded: list[Excluded]
     entrypoint: str | None
     baseline_config: str | None
     notes: list[str] = msgspec.field(default_factory=list)
+    constraints: list[ConstraintSuggestion] = msgspec.field(default_factory=list)
 
 
 class Skipped(msgspec.Struct, kw_only=True):
@@ -146,6 +155,7 @@ class ApplyResult(msgspec.Struct, kw_only=True):
     written: list[str]
     skipped: list[Skipped]
     tuning_file: str
+    constraints: list[str] = msgspec.field(default_factory=list)
 
 
 class TunablesResult(msgspec.Struct, kw_only=True):
@@ -160,6 +170,7 @@ class TunablesResult(msgspec.Struct, kw_only=True):
     written: list[str] = msgspec.field(default_factory=list)
     skipped: list[Skipped] = msgspec.field(default_factory=list)
     notes: list[str] = msgspec.field(default_factory=list)
+    constraints: list[ConstraintSuggestion] = msgspec.field(default_factory=list)
 
 
 # -- name rules --------------------------------------------------------------------------
@@ -288,11 +299,17 @@ for _topic, _names in (
     ("a path", "dir dirs path paths file files filename root folder dirname"),
     ("logging", "log logs logging logger logdir"),
     ("checkpointing", "save saving ckpt checkpoint checkpoints resume restore"),
-    ("hardware placement", "device devices gpu gpus cuda cpu accelerator tpu"),
+    ("hardware placement", "device devices gpu gpus cuda cpu accel accelerator tpu mps"),
+    ("knowledge distillation (a teacher model, off unless set up)", "kd distill teacher"),
     ("parallelism", "workers worker threads jobs procs"),
     ("networking", "port host address url addr master"),
     ("distributed setup", "rank world nodes node ddp distributed backend dist"),
     ("experiment tracking", "wandb tensorboard mlflow comet entity tags tag"),
+    (
+        "a config group of the run's setup (hardware, callbacks, logging, experiments)",
+        "trainer callbacks callback experiment experiments hparams_search extras launcher",
+    ),
+    ("a count that switches a code path on (repeats, splits)", "repeats splits"),
     ("diagnostics", "verbose verbosity debug quiet print progress tqdm profile profiler"),
     (
         "evaluation (a fixed measurement, not a training knob)",
@@ -309,8 +326,25 @@ for _topic, _names in (
     ("the config file", "config cfg configs"),
 ):
     _EXCLUDED_TOKENS.update(dict.fromkeys(_names.split(), _topic))
+_MODE_TOKENS = _words(
+    "sample sampling predict prediction inference infer generate generation export onnx demo "
+    "interactive only just visualize visualise plot do"
+)
+"""Words of a mode switch: what the run does (sample, evaluate only, export), not how it
+trains; a round with one set does not train, or does not train the same way."""
+_START_TOKENS = _words("from pretrained load init_from")
+"""Words of a starting point: resume / init_from / load a checkpoint or pretrained weights."""
+_MODE_VALUES = _words(
+    "train eval evaluate test predict sample generate inference infer finetune resume scratch"
+)
+_SHAPE_NAMES = _words(
+    "input_size input_dim input_dims in_features in_dim in_channels in_chans num_channels "
+    "output_size output_dim out_features out_dim num_classes n_classes nclasses num_labels "
+    "n_outputs img_size image_size input_shape vocab_size n_vocab ntokens"
+)
+"""Sizes fixed by the data (its image size, classes, vocabulary): any other value crashes."""
 _EXCLUDED_SECTIONS = _words(
-    "output outputs logging logger loggers log wandb hydra paths path checkpoint checkpointing "
+    "extras output outputs logging logger loggers log wandb hydra paths path checkpoint checkpointing "
     "callbacks data dataset datasets eval evaluation env environment distributed system io"
 )
 _GENERIC_LEAVES = _words("name type kind mode value weight rate id")
@@ -335,7 +369,24 @@ def _excluded_name(name: str) -> str | None:
     for family_name, exact, _ in _FAMILY_RE:
         if key in exact and family_name == family:
             return None  # a known hyperparameter name wins over token rules (drop_path)
-    for token in re.split(r"[^a-z0-9]+", key):
+    tokens = re.split(r"[^a-z0-9]+", key)
+    raw = name.rsplit(".", 1)[-1]
+    if raw.startswith("_") and raw.endswith("_"):
+        return f"'{raw}' is a framework directive (Hydra _target_/_partial_), not a value"
+    if key in _SHAPE_NAMES:
+        return f"'{key}' is fixed by the data's shape (image size, classes, vocabulary)"
+    if re.fullmatch(r"min_(?:epochs?|steps?|iters?|iterations?|time)", key):
+        return "a training budget (epochs/steps); keep it in run.fixed_args so rounds compare"
+    if key in ("train", "do_train", "skip_train", "test", "run_test", "validate"):
+        return f"'{key}' is a mode switch (whether a stage runs at all)"
+    if key == "init_from" or any(t in _START_TOKENS for t in tokens):
+        return (
+            f"'{key}' names where training starts (resume, a checkpoint or pretrained "
+            "weights), not a training knob"
+        )
+    if key in ("mode", "run_mode", "exec_mode", "task") or any(t in _MODE_TOKENS for t in tokens):
+        return f"'{key}' is a mode switch (what the run does, e.g. sample or evaluate only)"
+    for token in tokens:
         if token in _EXCLUDED_TOKENS:
             return f"'{key}' names {_EXCLUDED_TOKENS[token]}"
     return None
@@ -357,6 +408,10 @@ def _round(x: float) -> float:
     return float(f"{x:.6g}")
 
 
+_WD_COMMON = (1e-5, 0.1)
+"""Weight decays worth trying whatever the default (L2 on Adam 1e-5..1e-3, AdamW 0.01..0.1)."""
+
+
 def _scaled(d: float, what: str) -> _Bounds:
     return _Bounds(_round(d / 10), _round(d * 10), True, f"{what} -> log scale, bounds x/10..x*10")
 
@@ -373,7 +428,15 @@ def _near_one(d: float, what: str) -> _Bounds:
     return _Bounds(0.0, 0.99, False, f"{what} -> bounds 0..0.99")
 
 
-def _float_bounds(family: str | None, d: float | None) -> _Bounds:
+def _float_bounds(family: str | None, d: float | None, leaf: str = "") -> _Bounds:
+    if re.search(r"(?:^|_)(?:prob|probability|p|hflip|vflip|flip)$", leaf) and (
+        d is None or 0 <= d <= 1
+    ):
+        return _Bounds(0.0, 1.0, False, "probability name -> bounds 0..1")
+    return _float_bounds_of(family, d)
+
+
+def _float_bounds_of(family: str | None, d: float | None) -> _Bounds:
     if d is None:
         if family == "lr":
             return _Bounds(1e-5, 1.0, True, "learning-rate name, no default -> log scale 1e-5..1")
@@ -388,7 +451,10 @@ def _float_bounds(family: str | None, d: float | None) -> _Bounds:
         return _Bounds(None, None, False, "learning-rate name but default <= 0 -> no bounds")
     if family == "weight_decay":
         if d > 0:
-            return _scaled(d, "weight-decay name")
+            b = _scaled(d, "weight-decay name")
+            b.lo, b.hi = min(b.lo or d, _WD_COMMON[0]), max(b.hi or d, _WD_COMMON[1])
+            b.why += f", widened to the common range {_WD_COMMON[0]:g}..{_WD_COMMON[1]:g}"
+            return b
         return _Bounds(0.0, 0.1, False, "weight-decay name, default 0 (off) -> bounds 0..0.1")
     if family in ("dropout", "label_smoothing", "augment") and 0 <= d < 1:
         hi = 0.5 if d <= 0.5 else 0.99
@@ -554,6 +620,15 @@ def suggest_tunables_report(
             excluded.append(Excluded(key=cand.key, source=cand.source, reason=why))
             continue
         built = _build(cand, ctx)
+        if (
+            not isinstance(built, str)
+            and built.type in ("float", "int")
+            and (built.min_value is None or built.max_value is None)
+        ):
+            built = (
+                f"no known range (default {built.default!r}): a policy could draw any "
+                "value; add it by hand with min_value and max_value"
+            )
         if isinstance(built, str):
             excluded.append(Excluded(key=cand.key, source=cand.source, reason=built))
             continue
@@ -572,17 +647,159 @@ def suggest_tunables_report(
                 reason=f"beyond the limit of {limit} suggestions",
             )
         )
+    final = chosen[:limit]
+    for s in final:
+        if s.type == "int" and _family(s.name) == "batch_size" and isinstance(s.default, int):
+            _even_batches(s)
+    constraints = _constraints(root_path, entrypoint, final, candidates, project)
     return SuggestionReport(
-        suggestions=chosen[:limit],
+        suggestions=final,
         excluded=excluded,
         entrypoint=entrypoint.path if entrypoint else None,
         baseline_config=baseline,
         notes=notes,
+        constraints=constraints,
     )
 
 
+# -- constraints -----------------------------------------------------------------------------
+
+_EXPR_TOKEN = re.compile(r"'[^']*'|[A-Za-z_][A-Za-z0-9_]*")
+_EXPR_WORDS = _words("and or not true false")
+
+
+def _leaf_of(s: Suggestion) -> str:
+    key = s.config_path or s.override or s.flag or s.name
+    return normalize_name(key).rsplit(".", 1)[-1]
+
+
+def _constraints(
+    root: Path,
+    entrypoint: Entrypoint | None,
+    suggestions: list[Suggestion],
+    candidates: list[_Candidate],
+    project: ProjectFileSpec,
+) -> list[ConstraintSuggestion]:
+    """The code's checks between parameters as constraints over the suggested names
+    (other names replaced by their value); sizes tied by ``a % b == 0`` become choices
+    that satisfy it, so no draw can break it."""
+    from trainee.discovery.constraints import propose_constraints
+
+    if entrypoint is None or not suggestions:
+        return []
+    by_leaf: dict[str, list[Suggestion]] = {}
+    for s in suggestions:
+        by_leaf.setdefault(_leaf_of(s), []).append(s)
+    values: dict[str, list[Any]] = {}
+    for cand in candidates:
+        if cand.has_value and cand.value is not None:
+            values.setdefault(normalize_name(cand.leaf), []).append(cand.value)
+    for arg in (*project.launch.args, *project.run.fixed_args):
+        if arg.value is not None:
+            values[normalize_name(arg.flag.split("=", 1)[0]).rsplit(".", 1)[-1]] = [arg.value]
+    out: list[ConstraintSuggestion] = []
+    for proposal in propose_constraints(root, entrypoint):
+        mapping: dict[str, str] = {}
+        tunable: list[Suggestion] = []
+        for name in proposal.names:
+            leaf = normalize_name(name)
+            owners = by_leaf.get(leaf, [])
+            if len(owners) == 1 and owners[0].name.isidentifier():
+                mapping[name] = owners[0].name
+                tunable.append(owners[0])
+            elif not owners and len({repr(v) for v in values.get(leaf, [])}) == 1:
+                mapping[name] = _literal_text(values[leaf][0])
+            else:
+                break
+        else:
+            if not tunable:
+                continue
+            expr = _substitute(proposal.expr, mapping)
+            if proposal.divisible is not None:
+                _tie(proposal.divisible, by_leaf, values, f"'{expr}' ({proposal.reason})")
+            if all(c.expr != expr for c in out):
+                out.append(ConstraintSuggestion(expr=expr, reason=proposal.reason))
+    return out
+
+
+def _substitute(expr: str, mapping: dict[str, str]) -> str:
+    """``expr`` with its names replaced (quoted strings and keywords kept)."""
+
+    def one(m: re.Match[str]) -> str:
+        word = m.group(0)
+        return word if word in _EXPR_WORDS else mapping.get(word, word)
+
+    return _EXPR_TOKEN.sub(one, expr)
+
+
+def _literal_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + str(value).replace("'", "") + "'"
+
+
+def _tie(
+    divisible: tuple[str, str],
+    by_leaf: dict[str, list[Suggestion]],
+    values: dict[str, list[Any]],
+    why: str,
+) -> None:
+    """``a % b == 0``: ``b`` among the divisors of ``a``'s default, ``a`` among multiples
+    of every ``b`` choice near its default (x/2 .. 2x)."""
+    a_leaf, b_leaf = (normalize_name(n) for n in divisible)
+    sa = next(iter(by_leaf.get(a_leaf, [])), None)
+    sb = next(iter(by_leaf.get(b_leaf, [])), None)
+    sa = sa if sa is not None and sa.type == "int" else None
+    sb = sb if sb is not None and sb.type == "int" else None
+    da = sa.default if sa is not None else next(iter(values.get(a_leaf, [])), None)
+    db = sb.default if sb is not None else next(iter(values.get(b_leaf, [])), None)
+    if not (isinstance(da, int) and isinstance(db, int)) or da <= 0 or db <= 0 or da % db:
+        return
+    heads = [db]
+    if sb is not None:
+        lo, hi = int(sb.min_value or 1), int(sb.max_value or 2 * db)
+        heads = [d for d in range(max(1, lo), hi + 1) if da % d == 0] or [db]
+        _as_choices(sb, heads, why)
+    if sa is not None:
+        step = math.lcm(*heads)
+        lo, hi = int(sa.min_value or step), int(sa.max_value or 2 * da)
+        widths = {da}
+        for factor in (0.5, 0.75, 1.5, 2.0):
+            target = max(step, round(da * factor / step) * step)
+            if lo <= target <= hi:
+                widths.add(target)
+        _as_choices(sa, sorted(widths), why)
+
+
+def _even_batches(s: Suggestion) -> None:
+    """Batch sizes as even choices around the default (x/2 .. 2x): an odd batch breaks
+    code that pairs samples (mixup's flip, some norms), and nothing is lost."""
+    d = s.default
+    assert isinstance(d, int)
+    if d < 4:
+        return
+    picks = {d, d // 2 + d // 2 % 2, 2 * d, round(d * 0.75 / 2) * 2, round(d * 1.5 / 2) * 2}
+    lo, hi = s.min_value, s.max_value
+    choices = sorted(c for c in picks if c > 0 and (c == d or (lo or 0) <= c <= (hi or 2 * d)))
+    s.type = "choice"
+    s.choices = choices
+    s.min_value = s.max_value = None
+    s.log = False
+    s.reason += "; even choices x/2..2x (an odd batch breaks code that pairs samples)"
+
+
+def _as_choices(s: Suggestion, choices: list[int], why: str) -> None:
+    s.type = "choice"
+    s.choices = choices
+    s.min_value = s.max_value = None
+    s.log = False
+    s.reason += f"; choices that satisfy {why}"
+
+
 def _entrypoint(root: Path, project: ProjectFileSpec, discovery: Discovery) -> Entrypoint | None:
-    words: list[str] = list(project.launch.command)
+    words: list[str] = list(project.launch.command or ())
     shell = project.advanced.shell_command
     if shell:
         try:
@@ -629,7 +846,25 @@ def _exclusion(cand: _Candidate, ctx: _Context) -> str | None:
         hit = next((s for s in sections if s in _EXCLUDED_SECTIONS), None)
         if hit is not None and _family(cand.leaf) is None:
             return f"under '{hit}', a section that is not a training knob"
-    return _excluded_name(cand.leaf)
+    named = _excluded_name(cand.leaf)
+    if named is not None:
+        return named
+    is_bool = isinstance(cand.value, bool) or (
+        cand.option is not None and cand.option.type == "bool"
+    )
+    words = set(re.split(r"[^a-z0-9]+", normalize_name(cand.leaf)))
+    if is_bool and words & {"optimizer", "optim", "adam", "adamw", "sgd"}:
+        return (
+            f"'{normalize_name(cand.leaf)}' switches the optimizer, which changes the scale "
+            "the learning rate's range was read for; choose it in launch.args"
+        )
+    values = [*(cand.choices or []), cand.value]
+    modes = {v.lower() for v in values if isinstance(v, str)} & _MODE_VALUES
+    if len(modes) >= 2 or (
+        isinstance(cand.value, str) and cand.value.lower() in ("scratch", "resume")
+    ):
+        return f"'{normalize_name(cand.leaf)}' is a mode switch (values {', '.join(sorted(modes))})"
+    return None
 
 
 def _build(cand: _Candidate, ctx: _Context) -> Suggestion | str:
@@ -665,7 +900,7 @@ def _numeric(
     if family == "warmup" and isinstance(value, int):
         as_float = False
     if as_float:
-        b = _float_bounds(family, float(value))
+        b = _float_bounds(family, float(value), normalize_name(cand.leaf))
         return _suggest(cand, "float", float(value), b, f"{where}: {b.why}")
     b_int = _int_bounds(family, int(value))
     if b_int is None:
@@ -707,10 +942,10 @@ def _build_flag(cand: _Candidate, ctx: _Context) -> Suggestion | str:
         if isinstance(default, int | float) and not isinstance(default, bool):
             if not math.isfinite(float(default)):
                 return "not a finite default"
-            b = _float_bounds(family, float(default))
+            b = _float_bounds(family, float(default), normalize_name(option.dest))
             fdefault: float | None = float(default)
         else:
-            b = _float_bounds(family, None)
+            b = _float_bounds(family, None, normalize_name(option.dest))
             fdefault = None
         _clamp(b, option.min_value, option.max_value, fdefault)
         return _suggest(cand, "float", fdefault, b, f"{where}: {b.why}")
@@ -1099,7 +1334,11 @@ def _package(path: Path) -> str | None:
 
 
 def apply_suggestions(
-    root: Path | str, suggestions: list[Suggestion], *, replace: bool = False
+    root: Path | str,
+    suggestions: list[Suggestion],
+    *,
+    replace: bool = False,
+    constraints: list[ConstraintSuggestion] | None = None,
 ) -> ApplyResult:
     """Write suggestions into ``.trainee/tuning.yaml`` (comments kept).
 
@@ -1128,9 +1367,25 @@ def apply_suggestions(
             continue
         params.append(param)
         written.append(s.name)
-    if written or replace:
-        save_project_files(root_path, project, TuningFileSpec(params=tuple(params)))
-    return ApplyResult(written=written, skipped=skipped, tuning_file=str(tfile))
+    names = {p.name for p in params}
+    kept = [] if replace else list(tuning.constraints)
+    added = [
+        c.expr
+        for c in constraints or []
+        if c.expr not in kept
+        and all(w in names for w in _EXPR_TOKEN.findall(c.expr) if _is_name(w))
+    ]
+    if written or replace or added:
+        save_project_files(
+            root_path,
+            project,
+            TuningFileSpec(params=tuple(params), constraints=(*kept, *added)),
+        )
+    return ApplyResult(written=written, skipped=skipped, tuning_file=str(tfile), constraints=added)
+
+
+def _is_name(word: str) -> bool:
+    return not word.startswith("'") and word not in _EXPR_WORDS
 
 
 def _same_target(a: ParamSpec, b: ParamSpec) -> bool:
@@ -1162,9 +1417,12 @@ def discover_tunables(
         suggestions=report.suggestions,
         excluded=report.excluded,
         notes=report.notes,
+        constraints=report.constraints,
     )
     if apply:
-        applied = apply_suggestions(spec.project_root, report.suggestions, replace=replace)
+        applied = apply_suggestions(
+            spec.project_root, report.suggestions, replace=replace, constraints=report.constraints
+        )
         result.applied = True
         result.written = applied.written
         result.skipped = applied.skipped

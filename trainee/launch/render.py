@@ -1,9 +1,14 @@
 """A round's command line, environment and working folder, exactly as the spec says.
 
-Arguments follow the launch command in this order: 1. ``--config <round config>``
-when ``launch.baseline_config`` is set, 2. ``launch.args``, 3. data entries that have
-a flag (their absolute path), 4. ``run.fixed_args``, 5. the flag and override
-tunables of tuning.yaml (config-backed ones go into the round config instead).
+Arguments follow the launch command in this order: 1. the round config when
+``launch.baseline_config`` is set (``<launch.config_flag> <path>``, or for
+``config_style: hydra`` ``--config-path DIR --config-name NAME --config-dir
+<the baseline's folder>``), 2. ``launch.args``, 3. data entries that have a flag
+(their absolute path), 4. ``run.fixed_args``, then ``output.flag`` with the round's
+outputs folder (and, for hydra, ``hydra.run.dir`` / ``hydra.sweep.dir``), 5. the
+flag and override tunables of tuning.yaml (config-backed ones go into the round
+config instead). The ``{...}`` variables of :mod:`trainee.spec.placeholders` are
+filled in every value of groups 2-4 and of ``launch.env``.
 ``launch.environment`` adds its prefix; ``advanced.shell_command`` replaces all of
 it with a ``/bin/sh -c`` template (not a login shell, so the caller's PATH holds).
 """
@@ -13,7 +18,6 @@ from __future__ import annotations
 import difflib
 import os
 import shlex
-import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -29,13 +33,17 @@ from trainee.launch.roundconfig import (
     write_round_config,
 )
 from trainee.spec import (
+    ConfigStyle,
     Environment,
     ParamSource,
     ProjectSpec,
     SecurityMode,
+    Value,
+    expand,
     render_arg,
     render_param,
 )
+from trainee.spec.compile import HYDRA_OUTPUT_KEYS
 
 __all__ = [
     "DROPPED_ENV",
@@ -46,8 +54,11 @@ __all__ = [
     "build_shell_text",
     "command_prefix",
     "config_diff",
+    "env_value",
     "is_secret_name",
+    "launch_env",
     "render_round",
+    "round_values",
     "shell_display",
     "shell_values",
 ]
@@ -154,21 +165,64 @@ def _security_mode(spec: ProjectSpec, mode: SecurityMode | str | None) -> Securi
 # -- argv ----------------------------------------------------------------------------------
 
 
+def round_values(spec: ProjectSpec, rnd: RoundLayout) -> dict[str, str]:
+    """The values of the ``{...}`` variables for this round (unquoted), by name."""
+    where = rnd.placeholders()
+    return {
+        "project_root": where["project_root"],
+        "working_dir": spec.working_dir,
+        "trainee_dir": where["trainee_dir"],
+        "session_id": where["session_id"],
+        "round_index": where["round_index"],
+        "session_dir": where["session_dir"],
+        "round_dir": where["round_dir"],
+        "outputs_dir": where["outputs_dir"],
+        "config_path": str(round_config_path(spec, rnd)),
+    }
+
+
+def _filled(value: Value | None, values: Mapping[str, str]) -> Value | None:
+    return expand(value, values) if isinstance(value, str) else value
+
+
 def build_extra_args(spec: ProjectSpec, rnd: RoundLayout, params: ParamValues) -> list[str]:
     """Argument groups 1-5, in order, without the command."""
     values = resolve_params(spec, params)
+    where = round_values(spec, rnd)
     style = spec.launch.arg_style
+    hydra = ConfigStyle(spec.launch.config_style) == ConfigStyle.HYDRA
     out: list[str] = []
     if spec.baseline_config is not None:
-        out += render_arg("--config", str(round_config_path(spec, rnd)), style)
+        config = round_config_path(spec, rnd)
+        if hydra:
+            # the round's copy is the primary config; the baseline's own folder stays
+            # searchable so its defaults list finds the config groups
+            out += render_arg("--config-path", str(config.parent), style)
+            out += render_arg("--config-name", config.stem, style)
+            out += render_arg("--config-dir", str(Path(spec.baseline_config).parent), style)
+        else:
+            out += render_arg(spec.launch.config_flag, str(config), style)
+    given: set[str] = set()
     for arg in spec.launch.args:
-        out += render_arg(arg.flag, arg.value, style)
+        out += render_arg(arg.flag, _filled(arg.value, where), style)
+        given.add(arg.flag.lstrip("+~"))
     for item in spec.data:
         if item.flag:
-            path = os.path.normpath(os.path.join(spec.project_root, item.path))
+            path = os.path.normpath(os.path.join(spec.project_root, expand(item.path, where)))
             out += render_arg(item.flag, path, style)
     for arg in spec.run.fixed_args:
-        out += render_arg(arg.flag, arg.value, style)
+        out += render_arg(arg.flag, _filled(arg.value, where), style)
+        given.add(arg.flag.lstrip("+~"))
+    outputs = where["outputs_dir"]
+    if spec.output.flag is not None:
+        out += render_arg(spec.output.flag, outputs, style)
+        given.add(spec.output.flag.lstrip("+~"))
+    if hydra:
+        # Hydra's own output folder would land in the read-only project (or vanish in
+        # the sandbox's private /tmp): the round's outputs/, unless the user set it
+        for key in HYDRA_OUTPUT_KEYS:
+            if key not in given:
+                out += render_arg(key, outputs, style)
     for tunable in spec.tunables:
         if tunable.source in (ParamSource.FLAG, ParamSource.OVERRIDE):
             try:
@@ -187,6 +241,11 @@ def build_argv(spec: ProjectSpec, rnd: RoundLayout, params: ParamValues) -> list
 
 def command_prefix(spec: ProjectSpec) -> list[str]:
     """``launch.command`` wrapped for ``launch.environment``."""
+    if spec.launch.command is None:
+        raise LaunchError(
+            "launch.command is not set (advanced.shell_command runs the round instead)",
+            {"field": "launch.command"},
+        )
     command = list(spec.launch.command)
     env = Environment(spec.launch.environment)
     if env == Environment.UV:
@@ -218,35 +277,18 @@ def command_prefix(spec: ProjectSpec) -> list[str]:
 
 def shell_values(spec: ProjectSpec, rnd: RoundLayout, params: ParamValues) -> dict[str, str]:
     """The template variables of ``advanced.shell_command``, each shell-quoted."""
-    where = rnd.placeholders()
-    raw = {
-        "project_root": where["project_root"],
-        "working_dir": spec.working_dir,
-        "trainee_dir": where["trainee_dir"],
-        "session_id": where["session_id"],
-        "round_index": where["round_index"],
-        "session_dir": where["session_dir"],
-        "round_dir": where["round_dir"],
-        "config_path": str(round_config_path(spec, rnd)),
-    }
-    values = {name: shlex.quote(value) for name, value in raw.items()}
+    values = {name: shlex.quote(value) for name, value in round_values(spec, rnd).items()}
     values["extra_args"] = shlex.join(build_extra_args(spec, rnd, params))
     return values
 
 
 def build_shell_text(spec: ProjectSpec, rnd: RoundLayout, params: ParamValues) -> str:
-    """``advanced.shell_command`` with its ``{variables}`` filled in (shell-quoted)."""
+    """``advanced.shell_command`` with its ``{variables}`` filled in (shell-quoted);
+    any other ``{...}`` and every ``${...}`` are left as written."""
     template = spec.advanced.shell_command
     if template is None:
         raise LaunchError("advanced.shell_command is not set")
-    values = shell_values(spec, rnd, params)
-    try:
-        return string.Formatter().vformat(template, (), values)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise LaunchError(
-            f"advanced.shell_command cannot be filled in: {exc}",
-            {"field": "advanced.shell_command"},
-        ) from None
+    return expand(template, shell_values(spec, rnd, params))
 
 
 # -- environment -------------------------------------------------------------------------
@@ -256,8 +298,9 @@ def build_env(
     spec: ProjectSpec, rnd: RoundLayout, base_env: Mapping[str, str], *, create: bool = True
 ) -> dict[str, str]:
     """The child's environment: ``base_env`` (PATH and all) minus :data:`DROPPED_ENV`
-    and inherited ``TRAINEE_*``, plus PYTHONUNBUFFERED=1, the round's ``TRAINEE_*``
-    and the cache variables redirected into ``.trainee/cache/`` (created)."""
+    and inherited ``TRAINEE_*``, plus PYTHONUNBUFFERED=1, the round's ``TRAINEE_*``,
+    the cache variables redirected into ``.trainee/cache/`` (created) and, last,
+    ``launch.env``."""
     env = {
         key: value
         for key, value in base_env.items()
@@ -274,7 +317,26 @@ def build_env(
         if create:
             path.mkdir(parents=True, exist_ok=True)
         env[var] = str(path)
+    env.update(launch_env(spec, rnd))  # the project's own variables win
     return env
+
+
+def env_value(value: Value) -> str:
+    """A ``launch.env`` value as text: ``true``/``false`` as YAML writes them, numbers
+    as written (``1``, ``0.5``), strings unchanged."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def launch_env(spec: ProjectSpec, rnd: RoundLayout) -> dict[str, str]:
+    """``launch.env`` for this round, its ``{...}`` variables filled in."""
+    if not spec.launch.env:
+        return {}
+    where = round_values(spec, rnd)
+    return {name: expand(env_value(value), where) for name, value in spec.launch.env.items()}
 
 
 # -- display -------------------------------------------------------------------------------

@@ -10,14 +10,15 @@ stays JSON (``config.json``).
 
 from __future__ import annotations
 
-import math
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 from trainee.errors import InvalidParams, LaunchError
 from trainee.launch.layout import RoundLayout
 from trainee.spec import ParamSource, ParamType, ProjectSpec, TunableSpec, Value
+from trainee.spec.values import point_problems, value_problem, values_equal
 
 __all__ = [
     "ParamValues",
@@ -44,8 +45,10 @@ def resolve_params(spec: ProjectSpec, params: ParamValues) -> dict[str, Value | 
     """Every tunable's value for this round, by name, in tuning.yaml order.
 
     A tunable missing from ``params`` takes its baseline value. Values are checked
-    and normalized to the param's type (an int for a float param becomes a float).
-    Unknown names or values of the wrong type raise :class:`InvalidParams`.
+    by the one value check (:func:`trainee.spec.values.point_problems`: type, choices,
+    bounds, then tuning.yaml's constraints) and normalized to the param's type (an int
+    for a float param becomes a float). Unknown names or values that do not fit raise
+    :class:`InvalidParams` naming every problem, before anything is launched.
     """
     known = {t.name for t in spec.tunables}
     unknown = sorted(name for name in params if name not in known)
@@ -56,49 +59,42 @@ def resolve_params(spec: ProjectSpec, params: ParamValues) -> dict[str, Value | 
             f"unknown param {names}; tuning.yaml allows: {allowed}",
             {"unknown": unknown, "allowed": sorted(known)},
         )
-    out: dict[str, Value | None] = {}
-    for tunable in spec.tunables:
-        value = params.get(tunable.name, tunable.baseline)
-        out[tunable.name] = None if value is None else coerce_value(tunable, value)
-    return out
+    values = {t.name: params.get(t.name, t.baseline) for t in spec.tunables}
+    problems = point_problems(spec.tunables, spec.constraints, values)
+    if problems:
+        first_param = next((f for f, _ in problems if f.startswith("params.")), None)
+        raise InvalidParams(
+            "; ".join(
+                f"param '{f.removeprefix('params.')}': {r}" if f.startswith("params.") else r
+                for f, r in problems
+            ),
+            {
+                "problems": [{"field": f, "reason": r} for f, r in problems],
+                **({"param": first_param.removeprefix("params.")} if first_param else {}),
+            },
+        )
+    return {
+        t.name: None if values[t.name] is None else coerce_value(t, values[t.name])
+        for t in spec.tunables
+    }
 
 
 def coerce_value(tunable: TunableSpec, value: object) -> Value:
-    """``value`` as the param's type, or :class:`InvalidParams` naming the param."""
+    """``value`` as the param's type (a choice as the choice itself, a float param's int
+    as a float), or :class:`InvalidParams` naming the param and why it does not fit."""
+    reason = value_problem(tunable, value)
+    if reason is not None:
+        raise InvalidParams(
+            f"param '{tunable.name}': {reason}",
+            {"param": tunable.name, "value": repr(value), "reason": reason},
+        )
     ptype = ParamType(tunable.type)
-    if ptype == ParamType.CHOICE:
-        for choice in tunable.choices or ():
-            if _same_choice(choice, value):
-                return choice
-        raise _bad(tunable, value, f"one of {list(tunable.choices or ())}")
+    if ptype == ParamType.CHOICE or tunable.choices:
+        return next(c for c in tunable.choices or () if values_equal(c, value, rel_tol=0.0))
     if ptype == ParamType.BOOL:
-        if isinstance(value, bool):
-            return value
-        raise _bad(tunable, value, "true or false")
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _bad(tunable, value, f"a {ptype} number")
-    if not math.isfinite(value):
-        raise _bad(tunable, value, "a finite number")
-    if ptype == ParamType.FLOAT:
-        return float(value)
-    if isinstance(value, float) and not value.is_integer():
-        raise _bad(tunable, value, "an integer")
-    return int(value)
-
-
-def _same_choice(choice: Value, value: object) -> bool:
-    if isinstance(choice, bool) or isinstance(value, bool):
-        return type(choice) is type(value) and choice == value
-    if isinstance(choice, str) or isinstance(value, str):
-        return isinstance(value, str) and choice == value
-    return isinstance(value, int | float) and choice == value
-
-
-def _bad(tunable: TunableSpec, value: object, expected: str) -> InvalidParams:
-    return InvalidParams(
-        f"param '{tunable.name}': {value!r} is not {expected}",
-        {"param": tunable.name, "value": repr(value), "expected": expected},
-    )
+        return cast(bool, value)
+    number = cast(int | float, value)
+    return float(number) if ptype == ParamType.FLOAT else int(number)
 
 
 def write_round_config(spec: ProjectSpec, rnd: RoundLayout, params: ParamValues) -> Path | None:

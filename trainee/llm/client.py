@@ -16,6 +16,7 @@ callers validate the reply.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 import time
@@ -46,18 +47,23 @@ __all__ = [
     "complete_with_failover",
     "forget_formats",
     "live_test",
+    "live_test_all",
     "no_provider_error",
+    "provider_url",
     "route",
 ]
 
 ResponseFormat = Literal["json_schema", "json_object", "text"]
-ErrorKind = Literal["timeout", "http", "auth", "refused_format", "connection", "other"]
+ErrorKind = Literal["timeout", "http", "auth", "refused_format", "connection", "config", "other"]
+"""``config``: something on this side is missing (model, base URL, key); nothing was sent."""
 _LEVELS: tuple[ResponseFormat, ...] = get_args(ResponseFormat)
 
 LIVE_TEST_TIMEOUT_SEC = 60.0
-LIVE_TEST_MAX_TOKENS = 16
+LIVE_TEST_MAX_TOKENS = 32
 _DUMMY_KEY = "sk-no-key-required"
 _MAX_ERROR_CHARS = 400
+
+log = logging.getLogger("trainee.llm")
 
 # (provider, litellm model, api_base) -> the first format that worked.
 _format_cache: dict[tuple[str, str, str | None], ResponseFormat] = {}
@@ -78,13 +84,23 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ProviderAttempt(msgspec.Struct, frozen=True, kw_only=True):
-    """One provider that failed during failover."""
+    """One request to one provider: a refused response format, a failure, or the answer.
+
+    A decision keeps every attempt (the negotiation steps and the failover included), so
+    the decision view and the report can show what each server really did.
+    """
 
     provider: str
     model: str
     error: str
-    kind: ErrorKind
+    kind: ErrorKind | None
     status: int | None = None
+    url: str | None = None
+    response_format: ResponseFormat | None = None
+    ok: bool = False
+    latency_sec: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 def forget_formats() -> None:
@@ -109,14 +125,35 @@ def _prefixed(prefix: str, model: str) -> str:
     return model if model.startswith(prefix + "/") else f"{prefix}/{model}"
 
 
+_DEFAULT_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "moonshot": MOONSHOT_BASE_URL,
+}
+_KEY_ENV = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "moonshot": "MOONSHOT_API_KEY",
+}
+
+
+def provider_url(p: ProviderConfig) -> str | None:
+    """Where requests to ``p`` go (its base URL, else the vendor's), for messages."""
+    return p.base_url or _DEFAULT_URLS.get(p.name)
+
+
 def route(p: ProviderConfig) -> tuple[str, dict[str, Any]]:
-    """The litellm model string and connection kwargs (api_base, api_key) for ``p``."""
+    """The litellm model string and connection kwargs (api_base, api_key) for ``p``.
+
+    Raises ProviderError for what is wrong on this side (no model, no base URL, no API key
+    for a vendor that needs one): nothing is sent, and the message says so.
+    """
     if not p.model:
         env = "TRAINEE_LLM_MODEL" if p.name in ("litellm", "openai_compatible") else None
         env = env or f"{p.name.upper()}_MODEL"
         raise ProviderError(
             f"{p.name}: no model configured (set {env} or save a model)",
-            {"provider": p.name, "model": None, "kind": "other", "status": None},
+            {"provider": p.name, "model": None, "kind": "config", "status": None},
         )
     kwargs: dict[str, Any] = {}
     if p.name in ("openai", "openai_compatible"):
@@ -132,7 +169,15 @@ def route(p: ProviderConfig) -> tuple[str, dict[str, Any]]:
         raise ProviderError(
             "openai_compatible: no base URL configured (set TRAINEE_LLM_BASE_URL, "
             "e.g. http://127.0.0.1:8080/v1)",
-            {"provider": p.name, "model": p.model, "kind": "other", "status": None},
+            {"provider": p.name, "model": p.model, "kind": "config", "status": None},
+        )
+    if p.name in _KEY_ENV and not p.api_key:
+        url = provider_url(p)
+        raise ProviderError(
+            f"{p.name} ({p.model} at {url}): no API key configured (set {_KEY_ENV[p.name]} "
+            "or save one; for a local server that needs no key use the openai_compatible "
+            "provider); nothing was sent",
+            {"provider": p.name, "model": p.model, "kind": "config", "status": None, "url": url},
         )
     if p.base_url:
         kwargs["api_base"] = p.base_url
@@ -198,9 +243,16 @@ _FORMAT_WORDS = (
     "response_format",
     "response format",
     "json_schema",
+    "json schema",
     "json_object",
     "structured output",
+    "schema",
+    "grammar",
 )
+# Statuses that never mean "this response format is not supported": the credentials, a
+# missing route or model, a rate limit. Any other status (400, 422, 500 as llama.cpp's
+# server sends for json_schema, 501, ...) or none is a refusal when its text names the format.
+_NOT_A_FORMAT_REFUSAL = frozenset({401, 403, 404, 408, 429})
 _CONNECTION_WORDS = (
     "connection error",
     "connection reset",
@@ -225,11 +277,19 @@ def _status(exc: BaseException) -> int | None:
 
 
 def _is_format_refusal(exc: BaseException) -> bool:
+    """Whether the server refused the request's response format (so the next, simpler
+    level may work). Servers say so with many statuses: 400 / 422 (OpenAI-style), 500
+    (llama-cpp-python's server on ``json_schema``), 501; what they share is a message
+    naming the format."""
     if "UnsupportedParamsError" in _names(exc):
         return True
-    if _status(exc) not in (400, 422):
+    if _status(exc) in _NOT_A_FORMAT_REFUSAL:
+        return False
+    if isinstance(exc, TimeoutError) or _names(exc) & {"Timeout", "APITimeoutError"}:
         return False
     text = str(exc).lower()
+    if any(word in text for word in _CONNECTION_WORDS):
+        return False
     return any(word in text for word in _FORMAT_WORDS)
 
 
@@ -271,16 +331,20 @@ def _error(
         "auth": f"authentication failed (HTTP {status})" if status else "authentication failed",
         "refused_format": "response format refused",
         "connection": "connection failed",
+        "config": "not configured",
         "other": "error",
     }[kind]
+    url = provider_url(p)
+    where = f"{p.model} at {url}" if url else f"{p.model}"
     return ProviderError(
-        f"{p.name} ({p.model}): {label}: {detail}",
+        f"{p.name} ({where}): {label}: {detail}",
         {
             "provider": p.name,
             "model": p.model,
             "kind": kind,
             "status": status,
             "response_format": level,
+            "url": url,
         },
     )
 
@@ -321,6 +385,13 @@ def _usage_of(resp: Any) -> tuple[int, int]:
 # -- calls -------------------------------------------------------------------------------
 
 
+def _remaining(deadline: float | None, limit: float) -> float:
+    """Seconds a call may take: ``limit``, or less when the decision's deadline is nearer."""
+    if deadline is None:
+        return limit
+    return min(limit, deadline - time.monotonic())
+
+
 async def complete(
     messages: list[dict[str, Any]],
     *,
@@ -328,9 +399,13 @@ async def complete(
     schema: dict[str, Any] | None,
     max_tokens: int,
     provider: ProviderConfig | None = None,
+    deadline: float | None = None,
+    attempts: list[ProviderAttempt] | None = None,
 ) -> Completion:
-    """Ask one provider (default: the active one); ``settings.timeout_sec`` bounds the
-    whole call including format negotiation. Raises ProviderError."""
+    """Ask one provider (default: the active one). The call, format negotiation included,
+    ends by ``settings.timeout_sec`` or by ``deadline`` (a ``time.monotonic()`` instant),
+    whichever is first. Every request made is appended to ``attempts`` (a refused format,
+    the failure or the answer). Raises ProviderError."""
     p = provider if provider is not None else settings.active
     if p is None:
         raise no_provider_error()
@@ -344,14 +419,38 @@ async def complete(
     temperature = settings.temperature
     if model.startswith("anthropic/"):
         temperature = min(temperature, 1.0)  # Anthropic's range is 0..1
+    url = provider_url(p)
+    log_of: list[ProviderAttempt] = attempts if attempts is not None else []
 
+    def note(level: ResponseFormat, began: float, exc: ProviderError | None, **extra: Any) -> None:
+        data = exc.data if exc is not None and isinstance(exc.data, dict) else {}
+        log_of.append(
+            ProviderAttempt(
+                provider=p.name,
+                model=p.model or model,
+                url=url,
+                response_format=level,
+                ok=exc is None,
+                error=exc.message if exc is not None else "",
+                kind=data.get("kind") if exc is not None else None,
+                status=data.get("status") if isinstance(data.get("status"), int) else None,
+                latency_sec=round(time.monotonic() - began, 3),
+                **extra,
+            )
+        )
+
+    budget = _remaining(deadline, settings.timeout_sec)
     litellm = import_litellm()
     started = time.monotonic()
     level: ResponseFormat = levels[0]
     resp: Any = None
+    began = started
     try:
-        with anyio.fail_after(settings.timeout_sec):
+        if budget <= 0:
+            raise TimeoutError
+        with anyio.fail_after(budget):
             for level in levels:
+                began = time.monotonic()
                 try:
                     resp = await litellm.acompletion(
                         model=model,
@@ -369,6 +468,15 @@ async def complete(
                 except Exception as exc:
                     if _is_format_refusal(exc):
                         if level != "text":
+                            refusal = _error(
+                                p,
+                                "refused_format",
+                                _clean(str(exc), secrets),
+                                status=_status(exc),
+                                level=level,
+                            )
+                            note(level, began, refusal)
+                            log.info("%s: %s; trying a simpler format", p.name, refusal.message)
                             continue
                         kind: ErrorKind = "refused_format"
                         status = _status(exc)
@@ -377,35 +485,44 @@ async def complete(
                     detail = _clean(str(exc), secrets)
                     if any(word in str(exc).lower() for word in _BAD_BODY_WORDS):
                         detail = f"invalid response body ({detail})"
-                    raise _error(p, kind, detail, status=status, level=level) from None
+                    failure = _error(p, kind, detail, status=status, level=level)
+                    note(level, began, failure)
+                    raise failure from None
                 break
     except TimeoutError:
-        raise _error(
+        failure = _error(
             p,
             "timeout",
-            f"no reply within {settings.timeout_sec:g} s",
+            f"no reply within {max(budget, 0):.3g} s",
             status=None,
             level=level,
-        ) from None
+        )
+        note(level, began, failure)
+        raise failure from None
     latency = time.monotonic() - started
 
     try:
         text = _text_of(resp)
     except (AttributeError, IndexError, TypeError) as exc:
-        raise _error(
+        failure = _error(
             p, "other", f"malformed response: {_clean(str(exc), secrets)}", status=None, level=level
-        ) from None
+        )
+        note(level, began, failure)
+        raise failure from None
     if len(text) > _max_chars(max_tokens):
-        raise _error(
+        failure = _error(
             p,
             "other",
             f"response too large: {len(text)} characters for max_tokens={max_tokens}",
             status=None,
             level=level,
         )
+        note(level, began, failure)
+        raise failure
     if schema is not None:
         _format_cache[key] = level
     prompt_tokens, completion_tokens = _usage_of(resp)
+    note(level, began, None, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
     cost = completion_cost(
         model,
         prompt_tokens,
@@ -426,16 +543,17 @@ async def complete(
     )
 
 
-def _attempt(p: ProviderConfig, exc: ProviderError) -> ProviderAttempt:
+def _config_attempt(p: ProviderConfig, exc: ProviderError) -> ProviderAttempt:
+    """The attempt of a provider that failed before any request (route() refused it)."""
     data = exc.data if isinstance(exc.data, dict) else {}
     kind = data.get("kind")
-    status = data.get("status")
     return ProviderAttempt(
         provider=p.name,
         model=p.model or "",
+        url=provider_url(p),
         error=exc.message,
         kind=cast(ErrorKind, kind) if kind in get_args(ErrorKind) else "other",
-        status=status if isinstance(status, int) else None,
+        status=None,
     )
 
 
@@ -445,29 +563,65 @@ async def complete_with_failover(
     settings: LlmSettings,
     schema: dict[str, Any] | None,
     max_tokens: int,
-) -> tuple[Completion, list[ProviderAttempt]]:
+    deadline: float | None = None,
+    attempts: list[ProviderAttempt] | None = None,
+) -> Completion:
     """Try the active provider, then each other configured one (``candidates``).
 
-    Returns the completion and the attempts that failed before it. When every provider
-    fails: ProviderError("all providers failed: ...", {"attempts": [...]}).
+    With a ``deadline`` (``time.monotonic()``), a provider gets an equal share of the time
+    left among the providers not yet tried (the last one gets all that is left), so one
+    frozen server never eats the backups' time. Every request is appended to
+    ``attempts``; each failover is logged with its reason. When every provider fails:
+    ProviderError("all providers failed: ...", {"attempts": [...]}).
     """
     order = candidates(settings)
     if not order:
         raise no_provider_error()
-    attempts: list[ProviderAttempt] = []
-    for p in order:
+    log_of: list[ProviderAttempt] = attempts if attempts is not None else []
+    first = len(log_of)
+    errors: list[str] = []
+    for i, p in enumerate(order):
+        share = None
+        before = len(log_of)
+        if deadline is not None:
+            share = time.monotonic() + (deadline - time.monotonic()) / (len(order) - i)
         try:
             result = await complete(
-                messages, settings=settings, schema=schema, max_tokens=max_tokens, provider=p
+                messages,
+                settings=settings,
+                schema=schema,
+                max_tokens=max_tokens,
+                provider=p,
+                deadline=share,
+                attempts=log_of,
             )
         except ProviderError as exc:
-            attempts.append(_attempt(p, exc))
+            if len(log_of) == before:  # refused before any request (route)
+                log_of.append(_config_attempt(p, exc))
+            errors.append(exc.message)
+            rest = [q.name for q in order[i + 1 :]]
+            log.warning(
+                "provider %s failed: %s%s",
+                p.name,
+                exc.message,
+                f"; trying {rest[0]}" if rest else "; no other provider is configured",
+            )
             continue
-        return result, attempts
+        return result
     raise ProviderError(
-        "all providers failed: " + "; ".join(a.error for a in attempts),
-        {"attempts": [msgspec.to_builtins(a) for a in attempts]},
+        "all providers failed: " + "; ".join(errors),
+        {"attempts": [msgspec.to_builtins(a) for a in log_of[first:]]},
     )
+
+
+LIVE_TEST_SCHEMA: dict[str, Any] = {
+    "title": "live_test",
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}},
+    "required": ["ok"],
+    "additionalProperties": False,
+}
+"""The structured request of the live test: what decisions need (a schema), in small."""
 
 
 async def live_test(
@@ -476,11 +630,13 @@ async def live_test(
     *,
     timeout_sec: float | None = None,
 ) -> dict[str, Any]:
-    """A tiny real request ("Reply with OK") to one provider (default: the active one).
+    """A tiny real structured request (a JSON schema, negotiated like a decision's) to one
+    provider (default: the active one), so it fails when decisions would.
 
-    Returns ``{ok, provider, model, latency_sec, reply}`` or ``{ok: False, ..., error,
-    kind}``; never raises for a provider failure. The timeout is the smaller of the
-    settings' and ``timeout_sec`` (default LIVE_TEST_TIMEOUT_SEC).
+    Returns ``{ok, provider, model, url, latency_sec, reply, response_format}`` (the format
+    that worked) or ``{ok: False, ..., error, kind}``; never raises for a provider
+    failure. The timeout is the smaller of the settings' and ``timeout_sec`` (default
+    LIVE_TEST_TIMEOUT_SEC).
     """
     if isinstance(provider, str):
         p = settings.providers.get(provider)
@@ -489,6 +645,7 @@ async def live_test(
                 "ok": False,
                 "provider": provider,
                 "model": None,
+                "url": None,
                 "latency_sec": 0.0,
                 "error": f"unknown provider {provider!r}",
                 "kind": "other",
@@ -501,6 +658,7 @@ async def live_test(
             "ok": False,
             "provider": "none",
             "model": None,
+            "url": None,
             "latency_sec": 0.0,
             "error": err.message,
             "kind": "other",
@@ -508,13 +666,15 @@ async def live_test(
     limit = min(settings.timeout_sec, timeout_sec or LIVE_TEST_TIMEOUT_SEC)
     quick = msgspec.structs.replace(settings, timeout_sec=limit)
     started = time.monotonic()
+    tried: list[ProviderAttempt] = []
     try:
         result = await complete(
-            [{"role": "user", "content": "Reply with OK."}],
+            [{"role": "user", "content": 'Reply with the JSON object {"ok": true}.'}],
             settings=quick,
-            schema=None,
+            schema=LIVE_TEST_SCHEMA,
             max_tokens=LIVE_TEST_MAX_TOKENS,
             provider=p,
+            attempts=tried,
         )
     except ProviderError as exc:
         data = exc.data if isinstance(exc.data, dict) else {}
@@ -522,17 +682,49 @@ async def live_test(
             "ok": False,
             "provider": p.name,
             "model": p.model,
+            "url": provider_url(p),
             "latency_sec": round(time.monotonic() - started, 3),
             "error": exc.message,
             "kind": data.get("kind", "other"),
+            "refused_formats": [a.response_format for a in tried if a.kind == "refused_format"],
         }
     return {
         "ok": True,
         "provider": p.name,
         "model": p.model,
+        "url": provider_url(p),
         "latency_sec": round(result.latency_sec, 3),
         "reply": result.text[:200],
+        "response_format": result.response_format,
+        "refused_formats": [a.response_format for a in tried if a.kind == "refused_format"],
     }
+
+
+async def live_test_all(
+    settings: LlmSettings, *, timeout_sec: float | None = None
+) -> dict[str, Any]:
+    """:func:`live_test` on every provider of the failover order (``candidates``).
+
+    ``ok`` when at least one works; ``provider`` is the first that works (the one
+    decisions will use first when the active provider is down), and ``providers`` lists
+    each result in failover order. With no provider configured: the no-provider error.
+    """
+    order = candidates(settings)
+    if not order:
+        return await live_test(settings, None, timeout_sec=timeout_sec)
+    results = [await live_test(settings, p, timeout_sec=timeout_sec) for p in order]
+    working = next((r for r in results if r.get("ok")), None)
+    head = dict(working if working is not None else results[0])
+    head["ok"] = working is not None
+    head["providers"] = results
+    if working is not None and working["provider"] != order[0].name:
+        head["note"] = (
+            f"the active provider {order[0].name} failed its live test "
+            f"({results[0].get('error')}); decisions will fail over to {working['provider']}"
+        )
+    if working is None:
+        head["error"] = "; ".join(str(r.get("error")) for r in results)
+    return head
 
 
 async def close_clients() -> None:

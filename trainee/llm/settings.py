@@ -1,6 +1,6 @@
 """LLM provider settings: ``~/.trainee/config.json`` overlaid by the environment.
 
-Stdlib + msgspec only (no litellm), so anything may import it. The file holds what the
+Stdlib + msgspec only (no litellm, nothing heavy), so anything may import it. The file holds what the
 user saved (Web UI / ``runtime_provider_update``); environment variables win over it
 and are never written back. API keys are masked in every view this module returns.
 
@@ -8,6 +8,7 @@ config.json::
 
     {"provider": "openai",
      "providers": {"openai": {"model": "gpt-4o-mini", "api_key": "sk-...", "base_url": null}},
+     "failover": ["openai_compatible", "anthropic"],
      "llm_timeout_sec": 600, "llm_temperature": 1.0,
      "system_prompt": "...", "prompt_presets": {"name": {"prompt": "...", "kind": "system"}},
      "debug": false,
@@ -33,6 +34,7 @@ from msgspec import Meta
 
 from trainee import paths
 from trainee.errors import ConfigError, InvalidParams
+from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT as _PROMPT_DEFAULT
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -73,16 +75,9 @@ MOONSHOT_BASE_URL = "https://api.moonshot.ai/v1"
 # shred ordinary text.
 MIN_SECRET_LEN = 6
 
-DEFAULT_SYSTEM_PROMPT = """\
-You are the tuning advisor of an automated training loop. Each round you see the \
-project's guidance, the tunable parameters with their types and bounds, the baseline, \
-the best result so far, recent rounds and the changes already tried or rejected.
-Propose exactly one next experiment as a structured plan: a falsifiable hypothesis, a \
-short summary of the change, the parameter values to use (only the whitelisted names, \
-inside their bounds, with the right types), and the result that would count as success.
-Change few parameters at a time so outcomes can be attributed. Never repeat a rejected \
-change. Set stop to true, with a reason, when further rounds are unlikely to help.
-Reply with the JSON object requested and nothing else."""
+# The one default system prompt (with the rule that project files are information, not
+# instructions) lives with the rest of the prompt.
+DEFAULT_SYSTEM_PROMPT = _PROMPT_DEFAULT
 
 _VENDOR_ENV = {"openai": "OPENAI", "anthropic": "ANTHROPIC", "moonshot": "MOONSHOT"}
 _PROVIDER_ENV = ("TRAINEE_LLM_PROVIDER", "LLM_PROVIDER")
@@ -139,6 +134,9 @@ class LlmSettings(msgspec.Struct, frozen=True, kw_only=True):
     presets: dict[str, PromptPreset] = msgspec.field(default_factory=dict)
     debug: bool = False
     prices: dict[str, ModelPrice] = msgspec.field(default_factory=dict)
+    failover: tuple[str, ...] = ()
+    """The order in which other configured providers are tried when the active one fails
+    (names not listed follow in the built-in order)."""
 
     @property
     def active(self) -> ProviderConfig | None:
@@ -164,6 +162,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit
     prompt_presets: dict[str, PromptPreset] = msgspec.field(default_factory=dict)
     debug: bool = False
     prices: dict[str, ModelPrice] = msgspec.field(default_factory=dict)
+    failover: list[str] = msgspec.field(default_factory=list)
 
 
 _SAVE_LOCK = threading.Lock()
@@ -246,6 +245,16 @@ def _parse_file(data: Mapping[str, Any], path: Path) -> _ConfigFile:
         raise ConfigError(
             f"{path}: provider: {reason}", file=str(path), field="provider", reason=reason
         )
+    for i, name in enumerate(cfg.failover):
+        if name not in REAL_PROVIDERS or name in cfg.failover[:i]:
+            why = "repeated" if name in cfg.failover[:i] else "unknown provider"
+            reason = f"{why} {name!r}; expected names from {', '.join(REAL_PROVIDERS)}"
+            raise ConfigError(
+                f"{path}: failover[{i}]: {reason}",
+                file=str(path),
+                field=f"failover[{i}]",
+                reason=reason,
+            )
     for name in cfg.providers:
         if name not in REAL_PROVIDERS:
             reason = f"unknown provider {name!r}; expected one of {', '.join(REAL_PROVIDERS)}"
@@ -366,6 +375,7 @@ def load_settings(
         presets=dict(cfg.prompt_presets),
         debug=cfg.debug,
         prices=dict(cfg.prices),
+        failover=tuple(cfg.failover),
     )
 
 
@@ -407,6 +417,7 @@ _UPDATE_KEYS = frozenset(
         "debug",
         "presets",
         "prices",
+        "failover",
     }
 )
 
@@ -499,6 +510,16 @@ def _apply_update(data: dict[str, Any], update: Mapping[str, Any]) -> dict[str, 
             data.pop("system_prompt", None)
         else:
             data["system_prompt"] = prompt
+    if (order := update.get("failover")) is not None:
+        if not isinstance(order, list | tuple) or not all(isinstance(n, str) for n in order):
+            raise InvalidParams(
+                "failover: expected a list of provider names", {"field": "failover"}
+            )
+        names = [n.strip().lower().replace("-", "_") for n in order]
+        if names:
+            data["failover"] = names
+        else:
+            data.pop("failover", None)
     if update.get("presets") is not None:
         _merge_named(data, "prompt_presets", update["presets"], "presets")
     if update.get("prices") is not None:
@@ -617,17 +638,19 @@ def is_configured(p: ProviderConfig) -> bool:
 
 
 def candidates(settings: LlmSettings) -> list[ProviderConfig]:
-    """Failover order: the active provider, then every other configured provider.
+    """Failover order: the active provider, then every other configured provider, in the
+    order of ``failover`` (config.json), then in the built-in order.
 
     Empty when the active provider is ``none`` (no LLM wanted).
     """
     active = settings.active
     if active is None:
         return []
+    order = [*settings.failover, *(n for n in REAL_PROVIDERS if n not in settings.failover)]
     rest = [
         settings.providers[n]
-        for n in REAL_PROVIDERS
-        if n != active.name and is_configured(settings.providers[n])
+        for n in order
+        if n != active.name and n in settings.providers and is_configured(settings.providers[n])
     ]
     return [active, *rest]
 
@@ -651,6 +674,7 @@ def masked_view(settings: LlmSettings, env: Mapping[str, str] | None = None) -> 
         "llm_temperature": settings.temperature,
         "debug": settings.debug,
         "failover_order": [p.name for p in candidates(settings)],
+        "failover": list(settings.failover),
         "overrides": active_overrides(env),
         "config_file": str(config_file()),
         "available_providers": list(PROVIDERS),

@@ -61,6 +61,7 @@ import json
 import math
 import os
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,9 @@ import regex
 
 from trainee.errors import ConfigError, InvalidParams, InvalidState
 from trainee.jobfiles import bounded_lines, open_job_file, read_bounded
+from trainee.metrics.csv_source import CsvReader
+from trainee.metrics.tb_source import TensorBoardReader
+from trainee.metrics.wandb_source import find_wandb_summary
 from trainee.spec.files import Goal, MetricSource, MetricSpec
 from trainee.spec.regexcheck import check_pattern
 
@@ -92,9 +96,9 @@ __all__ = [
 BUILTIN_METRICS: tuple[str, str] = ("loss", "total_loss")
 DEFAULT_MAX_POINTS = 100_000
 DEFAULT_WANDB_SUMMARY_PATH = "{round_dir}/**/wandb-summary.json"
-"""Used by a ``wandb_summary`` spec without ``path`` (the project loader asks for one):
-wandb writes ``wandb/run-*/files/wandb-summary.json`` below ``WANDB_DIR``, so this
-finds the round's summary when ``WANDB_DIR`` points into the round's workspace."""
+"""Used by a ``wandb_summary`` spec without ``path`` when the extractor is given no
+``wandb_dirs`` to search (the runner gives the round's WANDB_DIR and working folder:
+see :mod:`trainee.metrics.wandb_source`)."""
 
 PATTERN_BUDGET_SEC = 1.0
 """CPU seconds one custom pattern may spend on one chunk before it is disabled."""
@@ -330,10 +334,16 @@ class Extractor:
         project_root: str,
         max_points: int = DEFAULT_MAX_POINTS,
         pattern_budget: float = PATTERN_BUDGET_SEC,
+        wandb_dirs: Sequence[str] = (),
+        since: float | None = None,
     ) -> None:
         if max_points < 1:
             raise InvalidParams(f"max_points must be at least 1, got {max_points}")
         self._budget = pattern_budget
+        self._wandb_dirs = tuple(wandb_dirs)
+        self._since = since
+        self._pollers: list[tuple[_Series, TensorBoardReader | CsvReader]] = []
+        self._poll_lock = threading.Lock()
         self._specs = tuple(specs)
         self._placeholders = dict(placeholders)
         self._root = os.path.normpath(os.path.abspath(project_root))
@@ -360,13 +370,26 @@ class Extractor:
         source = MetricSource(spec.source)
         series = _Series(spec.name, cap)
         self._series.append(series)
+        if source in (MetricSource.TENSORBOARD, MetricSource.CSV):
+            if spec.path is None:
+                raise _spec_error(i, "path", f"required for source {source}")
+            pattern = self._pattern(i, spec.path)
+            reader = (
+                TensorBoardReader(pattern, spec.key_or_pattern)
+                if source == MetricSource.TENSORBOARD
+                else CsvReader(pattern, spec.key_or_pattern)
+            )
+            self._pollers.append((series, reader))
+            return
         if source in (MetricSource.JSONL, MetricSource.WANDB_SUMMARY):
             raw = spec.path
             if raw is None:
                 if source == MetricSource.JSONL:
                     raise _spec_error(i, "path", f"required for source {source}")
                 raw = DEFAULT_WANDB_SUMMARY_PATH
-            pattern = self._pattern(i, raw)
+                if self._wandb_dirs:
+                    raw = ""  # found at the end: the newest run of this round
+            pattern = self._pattern(i, raw) if raw else ""
             self._readers.append((series, source, spec.key_or_pattern, raw, pattern))
             return
         rule = _Rule(_compile(i, spec.key_or_pattern), series, str(source))
@@ -472,9 +495,20 @@ class Extractor:
         if self._files_read:
             raise InvalidState("read_files() was already called for this round")
         self._files_read = True
-        out: list[MetricPoint] = []
+        out: list[MetricPoint] = self._poll(final=True)
         for series, source, key, raw, pattern in self._readers:
-            paths = _matching_files(pattern)
+            if not pattern:
+                found, searched = find_wandb_summary(self._wandb_dirs, since=self._since)
+                if found is None:
+                    series.file_warnings.append(
+                        "no W&B summary of this round found (searched "
+                        + ", ".join(searched)
+                        + "); set the spec's path if the job writes it elsewhere"
+                    )
+                    continue
+                paths = [found]
+            else:
+                paths = _matching_files(pattern)
             if not paths:
                 series.file_warnings.append(f"no file matches {raw!r}")
                 continue
@@ -485,6 +519,39 @@ class Extractor:
                 point = _read_wandb(series, paths[-1], key)
                 if point is not None:
                     out.append(point)
+        return out
+
+    @property
+    def polled(self) -> bool:
+        """Whether some source is read while the round runs (:meth:`poll_files`)."""
+        return bool(self._pollers)
+
+    def poll_files(self) -> list[MetricPoint]:
+        """Read what the ``tensorboard`` and ``csv`` sources added since the last call
+        (safe to run in a worker thread beside the text sources); :meth:`read_files`
+        reads the rest when the round ends."""
+        if self._files_read:
+            return []
+        return self._poll(final=False)
+
+    def _poll(self, *, final: bool) -> list[MetricPoint]:
+        out: list[MetricPoint] = []
+        with self._poll_lock:
+            for series, reader in self._pollers:
+                records, warnings = reader.poll(final=final)
+                series.file_warnings.extend(warnings)
+                source = str(
+                    MetricSource.TENSORBOARD
+                    if isinstance(reader, TensorBoardReader)
+                    else MetricSource.CSV
+                )
+                for value, step, raw in records:
+                    if value is None:
+                        series.reject(raw)
+                        continue
+                    point = series.add(value, step, source, raw)
+                    if point is not None:
+                        out.append(point)
         return out
 
     # -- result ------------------------------------------------------------------------------

@@ -24,6 +24,13 @@ from typing import Any
 import msgspec
 
 from trainee.spec import ParamType, TunableSpec
+from trainee.spec.constraints import Constraint
+from trainee.spec.values import (
+    constraint_problems,
+    format_value,
+    value_problem,
+    values_equal,
+)
 
 __all__ = [
     "PLAN_KEYS",
@@ -37,10 +44,12 @@ __all__ = [
     "params_equal",
     "parse_plan",
     "parse_plans",
+    "placeholder_problem",
     "plan_field",
     "plan_json_schema",
     "plans_json_schema",
     "repair_message",
+    "resolve_stop",
     "suggest_name",
     "validate_plan",
     "validate_plans",
@@ -49,9 +58,6 @@ __all__ = [
 
 PLAN_KEYS = ("hypothesis", "change_summary", "params", "expected", "stop", "stop_reason")
 """The fields of a plan, in the order the model is asked to write them."""
-
-REL_TOL = 1e-9
-"""Relative tolerance when comparing float parameter values."""
 
 _MAX_TEXT = 200_000
 """Only this many characters of a response are searched for the plan (the tail is kept)."""
@@ -145,8 +151,14 @@ def plan_field(index: int, field: str) -> str:
 # -- schema ------------------------------------------------------------------------------
 
 
-def plan_json_schema(tunables: Sequence[TunableSpec]) -> dict[str, Any]:
-    """The JSON schema of a plan for these tunables (sent to providers that support it)."""
+def plan_json_schema(
+    tunables: Sequence[TunableSpec], *, metric: str | None = None
+) -> dict[str, Any]:
+    """The JSON schema of a plan for these tunables (sent to providers that support it).
+
+    Its texts name no example value: a weak model copies examples (a hard-coded
+    "val_loss < 0.25" became a stop_reason in a project without val_loss)."""
+    name = metric or "the primary metric"
     props: dict[str, Any] = {}
     for t in tunables:
         props[t.name] = _param_schema(t)
@@ -172,13 +184,16 @@ def plan_json_schema(tunables: Sequence[TunableSpec]) -> dict[str, Any]:
             },
             "expected": {
                 "type": "string",
-                "description": "The success criterion: a number or direction for the "
-                "primary metric, e.g. 'val_loss < 0.25' or 'val_loss decreases by 5%'.",
+                "description": f"The success criterion: a threshold or a direction for {name}.",
             },
-            "stop": {"type": "boolean", "description": "true to end the session."},
+            "stop": {
+                "type": "boolean",
+                "description": "false to run this change; true (with params {}) to end the "
+                "session.",
+            },
             "stop_reason": {
                 "type": "string",
-                "description": "Why the session should stop (required when stop is true).",
+                "description": "Why the session should stop (only when stop is true).",
             },
         },
         "required": list(PLAN_KEYS),
@@ -186,10 +201,13 @@ def plan_json_schema(tunables: Sequence[TunableSpec]) -> dict[str, Any]:
     }
 
 
-def plans_json_schema(tunables: Sequence[TunableSpec], k: int) -> dict[str, Any]:
-    """The JSON schema of a k-plan answer: ``{"plans": [plan, ...]}``, 1 to k plans."""
+def plans_json_schema(
+    tunables: Sequence[TunableSpec], k: int, *, metric: str | None = None
+) -> dict[str, Any]:
+    """The JSON schema of a k-plan answer: ``{"plans": [plan, ...]}``, exactly k plans
+    (what validation asks for)."""
     k = max(1, k)
-    item = plan_json_schema(tunables)
+    item = plan_json_schema(tunables, metric=metric)
     return {
         "title": "DecisionPlans",
         "type": "object",
@@ -199,7 +217,7 @@ def plans_json_schema(tunables: Sequence[TunableSpec], k: int) -> dict[str, Any]
                 "description": f"Exactly {k} plans with different hypotheses; each one is run "
                 "as its own round, at the same time as the others.",
                 "items": item,
-                "minItems": 1,
+                "minItems": k,
                 "maxItems": k,
             },
         },
@@ -619,6 +637,62 @@ def _unknown_reason(name: str, tunables: Sequence[TunableSpec]) -> str:
 # -- validation --------------------------------------------------------------------------
 
 
+_PLACEHOLDER = re.compile(
+    r"^(?:[\W_]*|<[^<>]*>|\{\{?\w+\}?\}|(?:todo|tbd|tba|n/?a|none|null|string|text|"
+    r"placeholder|example|reason|hypothesis|change[ _]summary|expected|x{3,}|\.\.\.|\u2026)"
+    r"[\W_]*)$",
+    re.IGNORECASE,
+)
+"""Texts that are no answer: empty, punctuation only (``...``, ``-``), a ``<...>`` or
+``{name}`` template slot, or a bare word such as ``TODO``, ``string``, ``hypothesis``."""
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.sub(r"[^\w%<>=.]+", " ", text.lower()).split()).strip(" .")
+
+
+_TEMPLATE_TEXTS: frozenset[str] = frozenset(
+    _plain(t)
+    for t in (
+        "Why this change should improve the primary metric, given the evidence so far.",
+        "The change in a few words, and why it beats the alternatives.",
+        "The success criterion: a threshold or a direction for the primary metric.",
+        "Why the session should stop (only when stop is true).",
+        "why this change should help, given the evidence above",
+        "the change in a few words, and why it beats the alternatives",
+        "the success criterion as a number or direction",
+        "why the session should end",
+    )
+)
+"""The schema's and the prompt's own descriptions: an answer that copies one is a copy."""
+
+
+def placeholder_problem(text: str) -> str | None:
+    """Why ``text`` is no real answer (empty, a template slot or the template's own
+    wording copied), or None. Used for hypothesis, change_summary, expected and
+    stop_reason: a weak model copies ``"..."`` from the answer example."""
+    flat = " ".join(str(text).split())
+    if not flat:
+        return "must not be empty"
+    if _PLACEHOLDER.match(flat):
+        return f"{_show(flat)} is a placeholder, not an answer: write it for this change"
+    if _plain(flat) in _TEMPLATE_TEXTS:
+        return "copies the template's description: write it for this change"
+    return None
+
+
+def resolve_stop(plan: DecisionPlan) -> tuple[DecisionPlan, str | None]:
+    """A plan that says ``stop`` but also changes parameters is a change: the change runs
+    (the stop is asked again after it). Returns the plan to validate and a note."""
+    if plan.stop and plan.params:
+        note = (
+            "the answer set stop to true but also proposed a change: the change runs, "
+            "and stopping is asked again after it"
+        )
+        return msgspec.structs.replace(plan, stop=False), note
+    return plan, None
+
+
 def validate_plan(
     plan: DecisionPlan,
     tunables: Sequence[TunableSpec],
@@ -626,20 +700,35 @@ def validate_plan(
     baseline: dict[str, Any],
     tried: Iterable[dict[str, Any]],
     rejected: Iterable[dict[str, Any]],
+    constraints: Sequence[Constraint] = (),
+    stop_refused: str | None = None,
 ) -> list[Problem]:
     """Every rule the plan breaks (empty list = runnable).
 
     ``tried`` and ``rejected`` hold full effective parameter dicts of earlier rounds.
+    The full point (the baseline overlaid with the plan's params) must keep every one of
+    ``constraints`` (tuning.yaml's; a broken one is the problem ``constraints[i]``).
+    ``stop_refused``: why a stop is not honoured now (the session has not run
+    ``decision.min_rounds`` rounds yet); None when stopping is allowed.
     """
     problems: list[Problem] = []
     by_name = {t.name: t for t in tunables}
     if plan.stop:
-        if not plan.stop_reason.strip():
-            problems.append(Problem("stop_reason", "required when stop is true"))
+        if stop_refused is not None:
+            problems.append(Problem("stop", stop_refused))
+        elif (why := placeholder_problem(plan.stop_reason)) is not None:
+            problems.append(
+                Problem(
+                    "stop_reason",
+                    f"{why} (required when stop is true); or set stop to false and "
+                    "propose a change to run it",
+                )
+            )
     else:
         for key in ("hypothesis", "change_summary", "expected"):
-            if not str(getattr(plan, key)).strip():
-                problems.append(Problem(key, "must not be empty"))
+            why = placeholder_problem(str(getattr(plan, key)))
+            if why is not None:
+                problems.append(Problem(key, why))
         if not plan.params:
             problems.append(
                 Problem(
@@ -653,13 +742,17 @@ def validate_plan(
         if spec is None:
             param_problems.append(Problem(f"params.{_clip(name)}", _unknown_reason(name, tunables)))
             continue
-        reason = _value_problem(spec, value)
+        reason = value_problem(spec, value)
         if reason is not None:
             param_problems.append(Problem(f"params.{name}", reason))
     problems.extend(param_problems)
     if not plan.stop and plan.params and not param_problems:
         candidate = effective_params(baseline, plan.params)
-        if any(params_equal(candidate, r) for r in rejected):
+        broken = constraint_problems(constraints, candidate)
+        problems.extend(
+            Problem(field, f"{reason}; choose values that satisfy it") for field, reason in broken
+        )
+        if not broken and any(params_equal(candidate, r) for r in rejected):
             problems.append(
                 Problem(
                     "params",
@@ -667,7 +760,7 @@ def validate_plan(
                     "different change",
                 )
             )
-        elif any(params_equal(candidate, t) for t in tried):
+        elif not broken and any(params_equal(candidate, t) for t in tried):
             problems.append(
                 Problem(
                     "params",
@@ -684,6 +777,8 @@ def validate_plans(
     baseline: dict[str, Any],
     tried: Iterable[dict[str, Any]],
     rejected: Iterable[dict[str, Any]],
+    constraints: Sequence[Constraint] = (),
+    stop_refused: str | None = None,
 ) -> list[list[Problem]]:
     """Every rule each plan of a batch breaks, one list per plan (None: nothing to check).
 
@@ -699,12 +794,20 @@ def validate_plans(
         if plan is None:
             out.append([])
             continue
-        problems = validate_plan(plan, tunables, baseline=baseline, tried=tried, rejected=rejected)
+        problems = validate_plan(
+            plan,
+            tunables,
+            baseline=baseline,
+            tried=tried,
+            rejected=rejected,
+            constraints=constraints,
+            stop_refused=stop_refused,
+        )
         if plan.stop or not plan.params:
             out.append(problems)
             continue
         candidate = effective_params(baseline, plan.params)
-        if not any(p.field == "params" or p.field.startswith("params.") for p in problems):
+        if not any(p.field.startswith(("params", "constraints[")) for p in problems):
             same = next((j for j, e in earlier if params_equal(candidate, e)), None)
             if same is not None:
                 problems.append(
@@ -717,45 +820,6 @@ def validate_plans(
         earlier.append((i, candidate))
         out.append(problems)
     return out
-
-
-def _value_problem(spec: TunableSpec, value: Any) -> str | None:
-    """Why ``value`` is not allowed for ``spec``, or None."""
-    if spec.type == ParamType.BOOL:
-        return None if isinstance(value, bool) else f"must be true or false, got {_show(value)}"
-    if spec.choices:
-        if any(values_equal(value, c, rel_tol=0.0) for c in spec.choices):
-            return None
-        shown = ", ".join(_show(c) for c in spec.choices)
-        reason = f"{_show(value)} is not one of the choices: {shown}"
-        if isinstance(value, str):
-            texts = {str(c).lower(): str(c) for c in spec.choices if isinstance(c, str)}
-            close = difflib.get_close_matches(value.lower(), list(texts), n=1, cutoff=0.6)
-            if close:
-                reason += f" (did you mean {_show(texts[close[0]])}?)"
-        return reason
-    if spec.type == ParamType.CHOICE:
-        return f"{_show(value)} is not one of the choices"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return f"must be a number ({spec.type}), got {_show(value)}"
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"must be a finite number, got {value}"
-    if spec.type == ParamType.INT and isinstance(value, float) and not value.is_integer():
-        return f"must be an integer, got {value!r}"
-    lo, hi = spec.min_value, spec.max_value
-    if lo is not None and value < lo:
-        return f"{value!r} is below the minimum {lo!r} (bounds are inclusive: {_bounds(spec)})"
-    if hi is not None and value > hi:
-        return f"{value!r} is above the maximum {hi!r} (bounds are inclusive: {_bounds(spec)})"
-    if spec.log and value <= 0:
-        return f"{value!r} must be > 0 (log-scale parameter)"
-    return None
-
-
-def _bounds(spec: TunableSpec) -> str:
-    lo = "-inf" if spec.min_value is None else repr(spec.min_value)
-    hi = "inf" if spec.max_value is None else repr(spec.max_value)
-    return f"[{lo}, {hi}]"
 
 
 # -- params ------------------------------------------------------------------------------
@@ -776,17 +840,6 @@ def params_diff(baseline: dict[str, Any], params: dict[str, Any]) -> dict[str, d
     return out
 
 
-def values_equal(a: Any, b: Any, *, rel_tol: float = REL_TOL) -> bool:
-    """Equal as parameter values: ``True`` is not ``1``; ``1 == 1.0``; floats within ``rel_tol``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        if isinstance(a, float) or isinstance(b, float):
-            return math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0) or a == b
-        return a == b
-    return bool(type(a) is type(b) and a == b)
-
-
 def params_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Same names and equal values (see :func:`values_equal`)."""
     if set(a) != set(b):
@@ -797,10 +850,11 @@ def params_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
 # -- repair ------------------------------------------------------------------------------
 
 
-def repair_message(problems: list[Problem], *, plans: int = 1) -> str:
+def repair_message(problems: list[Problem], *, plans: int = 1, stop_allowed: bool = True) -> str:
     """The one repair request: every problem, the rules again, corrected JSON only.
 
     With ``plans`` > 1 it asks for the corrected ``{"plans": [...]}`` answer of a batch.
+    ``stop_allowed`` False: the session may not stop yet, so the request offers no stop.
     """
     batch = plans > 1
     if batch:
@@ -837,9 +891,16 @@ def repair_message(problems: list[Problem], *, plans: int = 1) -> str:
     if not batch:
         lines.append("- Do not repeat a parameter set that was already tried or rejected.")
     lines += [
-        "- expected states the success criterion for the primary metric (a number or a direction).",
-        "- To end the session set stop to true and give a stop_reason"
-        + (" (one plan is enough)." if batch else "."),
+        "- hypothesis, change_summary and expected are your own words for this change "
+        '(no placeholders such as "..."); expected states the success criterion for the '
+        "primary metric (a threshold or a direction).",
+        "- Set stop to false to run a change."
+        + (
+            " To end the session instead: stop true, params {} and a stop_reason"
+            + (", in every plan." if batch else ".")
+            if stop_allowed
+            else " Stopping is not allowed yet: propose a change."
+        ),
         "",
         "Reply with the corrected JSON object only.",
     ]
@@ -847,24 +908,6 @@ def repair_message(problems: list[Problem], *, plans: int = 1) -> str:
 
 
 # -- display -----------------------------------------------------------------------------
-
-
-def format_value(value: Any) -> str:
-    """A parameter value as the model sees it: JSON spelling (true, null, 0.001)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return msgspec.json.encode(value).decode()
-    try:
-        return msgspec.json.encode(value).decode()
-    except (TypeError, msgspec.EncodeError):
-        return repr(value)
 
 
 def _clip(name: str, limit: int = 80) -> str:

@@ -21,6 +21,9 @@ import msgspec
 __all__ = [
     "FALLBACK_METRICS",
     "GOALS",
+    "RECENT_ROUNDS",
+    "DecisionBudget",
+    "RecentRound",
     "ResearchState",
     "RoundSummary",
     "better",
@@ -36,6 +39,10 @@ __all__ = [
 GOALS = ("min", "max")
 FALLBACK_METRICS = ("loss", "total_loss")
 """Metrics used, in this order, when no primary metric is configured."""
+
+RECENT_ROUNDS = 30
+"""``recent_rounds`` of research_state.json, and the decision prompt's table of rounds,
+hold the last this many rounds."""
 
 REL_TOL = 1e-9
 """Two metric values within this relative tolerance count as equal."""
@@ -66,9 +73,51 @@ class RoundSummary(msgspec.Struct, kw_only=True):
     failure_tail: list[str]
 
 
+class RecentRound(msgspec.Struct, kw_only=True):
+    """One of the last rounds at a glance: what changed vs the baseline, what it measured
+    (``metric``: the primary metric, None when the round produced none) and its verdict."""
+
+    round: int
+    status: str
+    diff: dict[str, Any]
+    metric: float | None
+    verdict: str | None
+
+
+class DecisionBudget(msgspec.Struct, kw_only=True):
+    """Where the session stands when the next decision is asked: shown to the model
+    ("round 3 of at most 6"), and the rule for stops. ``finished`` counts the rounds that
+    used up the budget (the baseline included; a round the user stopped does not);
+    an LLM stop is honoured once ``finished >= min_rounds``."""
+
+    round: int
+    max_rounds: int
+    finished: int
+    min_rounds: int
+    seconds_left: float | None = None
+    tokens_left: int | None = None
+    usd_left: float | None = None
+
+    @property
+    def stop_allowed(self) -> bool:
+        return self.finished >= self.min_rounds
+
+    def stop_refused(self) -> str | None:
+        """Why a stop is not honoured now, or None when it is."""
+        if self.stop_allowed:
+            return None
+        return (
+            f"stopping is allowed once {self.min_rounds} rounds have run "
+            f"(decision.min_rounds); {self.finished} have, and up to "
+            f"{self.max_rounds - self.finished} more may run: set stop to false and "
+            "propose a change"
+        )
+
+
 class ResearchState(msgspec.Struct, kw_only=True):
     """Everything the next decision needs to know about this session so far.
 
+    ``recent_rounds``: the last :data:`RECENT_ROUNDS` rounds, oldest first;
     ``tried`` entries: ``{"round", "params", "diff", "status", "verdict"}``;
     ``rejected`` entries: ``{"round", "params", "diff", "reason"}``;
     ``hypotheses`` entries: ``{"round", "hypothesis", "expected", "verdict", "prediction"}``
@@ -83,6 +132,9 @@ class ResearchState(msgspec.Struct, kw_only=True):
     tried: list[dict[str, Any]]
     rejected: list[dict[str, Any]]
     hypotheses: list[dict[str, Any]]
+    recent_rounds: list[RecentRound] = msgspec.field(default_factory=list)
+    budget: DecisionBudget | None = None
+    """Set by the session before each decision; None outside a session."""
 
 
 def new_state(primary_metric: str | None, goal: str) -> ResearchState:
@@ -231,15 +283,26 @@ def _record(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState,
             "prediction": prediction,
         },
     ]
+    rounds = [*state.rounds, judged]
     new = ResearchState(
         primary_metric=primary,
         goal=goal,
         baseline=baseline,
         best=best,
-        rounds=[*state.rounds, judged],
+        rounds=rounds,
         tried=tried,
         rejected=rejected,
         hypotheses=hypotheses,
+        recent_rounds=[
+            RecentRound(
+                round=r.index,
+                status=r.status,
+                diff=dict(r.diff),
+                metric=r.metric,
+                verdict=r.verdict,
+            )
+            for r in rounds[-RECENT_ROUNDS:]
+        ],
     )
     return new, judged
 

@@ -12,13 +12,27 @@ from typing import Literal
 import anyio
 import msgspec
 
-from trainee.errors import ConfigError, ProviderError, SandboxError, TraineeError
+from trainee.discovery import runplan
+from trainee.discovery.metrics import training_metric_advice
+from trainee.errors import ConfigError, InvalidParams, ProviderError, SandboxError, TraineeError
+from trainee.ids import parse_session
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import command_prefix
 from trainee.launch.sandbox import check_bwrap
 from trainee.metrics.extract import Extractor
-from trainee.spec import Environment, MetricSource, ProjectSpec, SecurityMode, load_project
+from trainee.metrics.tb_source import INSTALL_HINT as TB_INSTALL_HINT
+from trainee.metrics.tb_source import tensorboard_available
+from trainee.monitor.tail import INDEX_SUFFIX, READ_CAP, FileTail
+from trainee.policies import POLICIES, needs_provider
+from trainee.spec import (
+    Environment,
+    MetricSource,
+    ProjectSpec,
+    SecurityMode,
+    load_project,
+)
+from trainee.spec.goals import infer_goal
 
 Status = Literal["pass", "warn", "fail"]
 
@@ -125,14 +139,7 @@ def check_launcher(spec: ProjectSpec, env: Mapping[str, str]) -> Check:
             f"{exe!r} is not found on PATH",
             "fix launch.command or the environment",
         )
-    script = next((a for a in argv[1:] if a.endswith(".py")), None)
-    if script and not (Path(spec.working_dir) / script).exists():
-        return _check(
-            "launcher",
-            "fail",
-            f"{script} not found in {spec.working_dir}",
-            "fix launch.command or advanced.working_dir",
-        )
+    # whether the script or module exists is the entrypoint row's
     return _check("launcher", "pass", f"{exe} -> {found}")
 
 
@@ -178,19 +185,34 @@ def check_paths(spec: ProjectSpec) -> Check:
     )
 
 
-def check_output(spec: ProjectSpec) -> Check:
+def check_entrypoint(spec: ProjectSpec) -> Check:
+    """The command's script or module exists in the project."""
+    status, detail, fix = runplan.check_entrypoint(spec.project_root, spec.to_project_file())
+    return _check("entrypoint", status, detail, fix)
+
+
+def check_output(spec: ProjectSpec, mode: str = SecurityMode.GUARDED) -> Check:
+    """A guarded round must not write into the read-only project unredirected."""
     if spec.output.config_path:
         return _check(
             "output", "pass", f"output.{spec.output.config_path} found in the baseline config"
         )
-    if spec.baseline_config:
+    project = spec.to_project_file()
+    status, detail, fix = runplan.check_output(spec.project_root, project, mode)
+    if status == "pass" and spec.baseline_config and not spec.output.flag:
         return _check(
             "output",
             "warn",
             "output.config_path is not set: the job's outputs go wherever its config says",
             "set output.config_path to the baseline config key of the output folder",
         )
-    return _check("output", "pass", "no baseline config")
+    return _check("output", status, detail, fix)
+
+
+def check_limits(spec: ProjectSpec) -> Check:
+    """The training budget of a round is set and finite."""
+    status, detail, fix = runplan.check_limits(spec.project_root, spec.to_project_file())
+    return _check("limits", status, detail, fix)
 
 
 def _finished_ok(layout: ProjectLayout, log: Path) -> bool:
@@ -203,35 +225,118 @@ def _finished_ok(layout: ProjectLayout, log: Path) -> bool:
     return isinstance(info, dict) and info.get("returncode") == 0 and not info.get("stopped")
 
 
-def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
+def _feed_round_log(extractor: Extractor, log: Path) -> None:
+    """Feed a round log to ``extractor`` exactly as the runtime does: through the tail
+    reader (stdout and stderr told apart, ``\r`` progress lines and ANSI codes
+    stripped), batch by batch."""
+    index = log.with_name(log.name + INDEX_SUFFIX)
+    tail = FileTail(str(log), index=str(index) if index.exists() else None)
+    try:
+        while True:
+            lines = tail.read(READ_CAP)
+            done = not tail.backlog
+            if done:
+                lines += tail.flush()
+            text = "\n".join(line.text for line in lines if not line.marker)
+            if text:
+                extractor.feed_output(text)
+            if done:
+                return
+    finally:
+        tail.close()
 
+
+def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
+    """The metric specs tried on the last finished round: its log for the stdout
+    specs, its files for the file sources (jsonl, tensorboard, csv, wandb_summary)."""
+    if any(m.source == MetricSource.TENSORBOARD for m in spec.metrics.specs) and not (
+        tensorboard_available()
+    ):
+        return _check("metrics", "fail", TB_INSTALL_HINT, "pip install 'trainee[tensorboard]'")
+    contradicted = _goal_contradictions(spec)
     layout = ProjectLayout.for_root(spec.project_root)
     logs = sorted(
         (p for p in layout.artifacts.glob("session-*/round-*.log") if _finished_ok(layout, p)),
         key=lambda p: p.stat().st_mtime,
     )
     if not logs:
-        return _check("metrics", "pass", "no finished round log to try the metric specs on")
+        if contradicted:
+            return _check("metrics", "warn", contradicted, _GOAL_FIX)
+        return _with_primary_advice(
+            spec, _check("metrics", "pass", "no finished round log to try the metric specs on")
+        )
     last = logs[-1]
     shown = f"{last.parent.name}/{last.name}"
-    extractor = Extractor(spec.metrics.specs, placeholders={}, project_root=spec.project_root)
-    with open(last, encoding="utf-8", errors="replace") as fh:
-        extractor.feed_output(fh.read(8 * 2**20))
-    found = extractor.result().finals
-    checked = [m for m in spec.metrics.specs if m.source == MetricSource.STDOUT_REGEX]
+    rnd = layout.session(parse_session(last.parent.name)).round(int(last.stem.split("-")[-1]))
+    extractor = Extractor(
+        spec.metrics.specs,
+        placeholders=rnd.placeholders(),
+        project_root=spec.project_root,
+        wandb_dirs=(str(layout.cache_dirs()["WANDB_DIR"]), spec.working_dir),
+    )
+    _feed_round_log(extractor, last)
+    extractor.read_files()
+    result = extractor.result()
+    found = result.finals
+    checked = [m for m in spec.metrics.specs if m.source in _CHECKED_SOURCES]
     silent = [m.name for m in checked if m.name not in found]
     if silent:
+        why = [f"{w.metric}: {w.message}" for w in result.warnings if w.metric in silent]
         return _check(
             "metrics",
             "fail",
-            f"on {shown}: no match for {', '.join(silent)}; matched {', '.join(sorted(found)) or 'nothing'}",
-            "fix metrics.specs[].key_or_pattern against that log",
+            f"on {shown}: no value for {', '.join(silent)}; matched "
+            f"{', '.join(sorted(found)) or 'nothing'}"
+            + (f" ({'; '.join(why[:3])})" if why else ""),
+            "fix metrics.specs[].key_or_pattern (and path) against that round's log and files",
         )
-    return _check(
-        "metrics",
-        "pass",
-        f"on {shown}: matched {', '.join(sorted(found)) or '(no stdout specs)'}",
+    if contradicted:
+        return _check(
+            "metrics",
+            "warn",
+            f"on {shown}: matched {', '.join(sorted(found))}; {contradicted}",
+            _GOAL_FIX,
+        )
+    return _with_primary_advice(
+        spec,
+        _check(
+            "metrics",
+            "pass",
+            f"on {shown}: matched {', '.join(sorted(found)) or '(no stdout or file specs)'}",
+        ),
     )
+
+
+def _with_primary_advice(spec: ProjectSpec, check: Check) -> Check:
+    """A passing metrics row becomes a warning when the primary metric is a training
+    metric; its fix names the validation metric the code prints, if any."""
+    advice = training_metric_advice(spec.project_root, spec.to_project_file())
+    if advice is None:
+        return check
+    detail, fix = advice
+    return _check("metrics", "warn", f"{detail}; {check.detail}", fix)
+
+
+_CHECKED_SOURCES = (
+    MetricSource.STDOUT_REGEX,
+    MetricSource.JSONL,
+    MetricSource.TENSORBOARD,
+    MetricSource.CSV,
+    MetricSource.WANDB_SUMMARY,
+)
+"""Sources doctor can try on a finished round (log_regex specs read live logs only)."""
+
+_GOAL_FIX = "check metrics.specs[].goal (min: lower is better, max: higher is better)"
+
+
+def _goal_contradictions(spec: ProjectSpec) -> str:
+    """The specs whose goal contradicts their name (``val_acc`` with goal min), said once."""
+    wrong = []
+    for m in spec.metrics.specs:
+        named = infer_goal(m.name)
+        if named is not None and named != m.goal:
+            wrong.append(f"{m.name} has goal {m.goal} but its name says {named}")
+    return "; ".join(wrong)
 
 
 async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Check:
@@ -242,14 +347,14 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
             "live test skipped (--skip-provider-test)",
             "run trainee doctor without it before trainee run",
         )
-    if policy in ("random", "tpe", "external"):
+    if not needs_provider(policy):
         return _check("provider", "pass", f"policy {policy} needs no provider")
-    from trainee.llm.client import live_test
+    from trainee.llm.client import live_test_all
     from trainee.llm.settings import load_settings
 
     try:
         settings = load_settings(env)
-        result = await live_test(settings)
+        result = await live_test_all(settings)
     except (ProviderError, ConfigError) as exc:
         return _check(
             "provider",
@@ -261,7 +366,15 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
         return _check(
             "provider", "fail", str(result.get("error")), "check the provider settings and key"
         )
-    return _check("provider", "pass", f"{result.get('provider')} {result.get('model')} answered")
+    detail = (
+        f"{result.get('provider')} {result.get('model')} answered a structured request "
+        f"({result.get('response_format')})"
+    )
+    if result.get("refused_formats"):
+        detail += f"; refused: {', '.join(map(str, result['refused_formats']))}"
+    if result.get("note"):
+        return _check("provider", "warn", f"{detail}; {result['note']}", "fix the active provider")
+    return _check("provider", "pass", detail)
 
 
 async def check_backend(spec: ProjectSpec, env: Mapping[str, str]) -> Check:
@@ -283,8 +396,20 @@ async def check_backend(spec: ProjectSpec, env: Mapping[str, str]) -> Check:
 
 
 async def run_doctor(
-    root: str, *, env: Mapping[str, str], skip_provider_test: bool, security_mode: str | None = None
+    root: str,
+    *,
+    env: Mapping[str, str],
+    skip_provider_test: bool,
+    security_mode: str | None = None,
+    policy: str | None = None,
 ) -> DoctorReport:
+    """Every check; ``policy`` (default: decision.policy) decides whether a provider is
+    needed."""
+    if policy is not None and policy not in POLICIES:
+        raise InvalidParams(
+            f"--policy {policy!r}: unknown decision policy; choose one of {', '.join(POLICIES)}",
+            {"field": "policy", "reason": "unknown"},
+        )
     spec, config = check_config(root)
     checks = [config]
     if spec is not None:
@@ -292,7 +417,9 @@ async def run_doctor(
         sync_checks: list[tuple[str, Callable[[], Check]]] = [
             ("data", lambda: check_data(spec)),
             ("paths", lambda: check_paths(spec)),
-            ("output", lambda: check_output(spec)),
+            ("entrypoint", lambda: check_entrypoint(spec)),
+            ("output", lambda: check_output(spec, mode)),
+            ("limits", lambda: check_limits(spec)),
             ("metrics", lambda: check_metrics_on_last_log(spec)),
             ("environment", lambda: check_environment(spec, env)),
             ("launcher", lambda: check_launcher(spec, env)),
@@ -307,6 +434,7 @@ async def run_doctor(
             except (OSError, TraineeError) as exc:
                 checks.append(_check(name, "fail", str(exc), _FIXES.get(name, "")))
         checks.append(await check_backend(spec, env))
-        checks.append(await check_provider(env, skip_provider_test, str(spec.decision.policy)))
+        chosen = policy or str(spec.decision.policy)
+        checks.append(await check_provider(env, skip_provider_test, chosen))
     ok = all(c.status != "fail" for c in checks)
     return DoctorReport(project_root=str(root), ok=ok, checks=checks)

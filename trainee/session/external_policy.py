@@ -2,7 +2,7 @@
 
 The session waits at each decision for a ``plan_submit`` (or ``round_run``)
 call instead of asking an LLM. The plan is validated exactly like an LLM's
-(names, types, bounds, choices, repeats); an invalid one is refused with the
+(names, types, bounds, choices, constraints, repeats); an invalid one is refused with the
 precise problems and the session keeps waiting. Budgets, records and reports
 are the session's, as for every policy.
 """
@@ -19,12 +19,14 @@ from trainee.research.decision import DecisionPlan, validate_plan
 from trainee.research.state import ResearchState
 from trainee.session.policy import Proposal
 from trainee.spec import TunableSpec
+from trainee.spec.constraints import Constraint
 
 
 class ExternalPolicy:
     name = "external"
 
-    def __init__(self) -> None:
+    def __init__(self, *, constraints: Sequence[Constraint] = ()) -> None:
+        self.constraints = tuple(constraints)
         self._context: tuple[ResearchState, Sequence[TunableSpec], dict[str, Any]] | None = None
         self._submitted: anyio.Event | None = None
         self._plan: DecisionPlan | None = None
@@ -62,6 +64,7 @@ class ExternalPolicy:
             baseline=baseline,
             tried=[r.params for r in state.rounds],
             rejected=[r["params"] for r in state.rejected],
+            constraints=self.constraints,
         )
         if problems:
             raise InvalidParams(

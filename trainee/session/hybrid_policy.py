@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from trainee.errors import InvalidDecision
 from trainee.llm.settings import LlmSettings
 from trainee.research.decision import (
     DecisionPlan,
@@ -26,6 +27,7 @@ from trainee.research.decision import (
     format_value,
     params_diff,
     params_equal,
+    validate_plan,
 )
 from trainee.research.prompt import PromptParts, format_diff
 from trainee.research.state import ResearchState, format_metric
@@ -33,8 +35,15 @@ from trainee.session.llm_policy import LlmPolicy
 from trainee.session.optuna_policy import OptimizerView, Suggestion, TpePolicy
 from trainee.session.policy import Proposal, propose_one_by_one
 from trainee.spec import TunableSpec
+from trainee.spec.constraints import Constraint
 
-__all__ = ["DEFAULT_SUGGESTIONS", "HybridPolicy", "classify", "suggestions_section"]
+__all__ = [
+    "DEFAULT_SUGGESTIONS",
+    "FALLBACK_SOURCE",
+    "HybridPolicy",
+    "classify",
+    "suggestions_section",
+]
 
 DEFAULT_SUGGESTIONS = 3
 
@@ -57,9 +66,12 @@ class HybridPolicy(LlmPolicy):
         k: int = DEFAULT_SUGGESTIONS,
         optimizer: TpePolicy | None = None,
         max_tokens: int = 2048,
+        constraints: Sequence[Constraint] = (),
     ) -> None:
-        super().__init__(settings, parts, max_tokens=max_tokens)
-        self.optimizer = optimizer if optimizer is not None else TpePolicy(seed)
+        super().__init__(settings, parts, max_tokens=max_tokens, constraints=constraints)
+        self.optimizer = (
+            optimizer if optimizer is not None else TpePolicy(seed, constraints=constraints)
+        )
         self.k = max(1, k)
         self._advice: tuple[list[Suggestion], OptimizerView] | None = None
 
@@ -108,6 +120,12 @@ class HybridPolicy(LlmPolicy):
         suggestions = self._advice[0]
         try:
             proposal = await super().propose(state, tunables, baseline)
+        except InvalidDecision as exc:
+            fallback = _optimizer_fallback(exc, suggestions, tunables, baseline, state)
+            if fallback is None:
+                raise
+            fallback.suggestions = [dict(s.params) for s in suggestions]
+            return fallback
         finally:
             self._advice = None
         proposal.suggestions = [dict(s.params) for s in suggestions]
@@ -117,6 +135,53 @@ class HybridPolicy(LlmPolicy):
         if not proposal.plan.stop:
             proposal.plan.change_summary = summary
         return proposal
+
+
+FALLBACK_SOURCE = "S1 (optimizer fallback)"
+"""``Proposal.source`` of the optimizer's first suggestion run because the LLM's answer was
+still invalid after its repair."""
+
+
+def _optimizer_fallback(
+    exc: InvalidDecision,
+    suggestions: Sequence[Suggestion],
+    tunables: Sequence[TunableSpec],
+    baseline: Mapping[str, Any],
+    state: ResearchState,
+) -> Proposal | None:
+    """The hybrid's defined answer to an LLM that could not give a valid plan after the
+    repair: the optimizer's first suggestion (S1), checked like any plan, recorded as
+    such and carrying the LLM's attempts and cost. None when there is no runnable S1
+    (the session then stops with invalid_decision)."""
+    data = exc.data if isinstance(exc.data, dict) else {}
+    failed = data.get("proposal")
+    if not suggestions or not isinstance(failed, Proposal):
+        return None
+    s1 = suggestions[0]
+    plan = DecisionPlan(
+        hypothesis="the LLM's answer was still invalid after its repair, so the hybrid "
+        "policy runs the optimizer's first suggestion (S1)",
+        change_summary=f"[{FALLBACK_SOURCE}] {format_diff(params_diff(dict(baseline), dict(s1.params)))}",
+        params=dict(s1.params),
+        expected=f"unknown: TPE's next point for {state.primary_metric or 'the metric'}",
+    )
+    problems = validate_plan(
+        plan,
+        tunables,
+        baseline=dict(baseline),
+        tried=[r.params for r in state.rounds],
+        rejected=[r["params"] for r in state.rejected],
+    )
+    if problems:
+        return None
+    reasons = "; ".join(f"{p['field']}: {p['reason']}" for p in failed.problems)
+    failed.plan = plan
+    failed.source = FALLBACK_SOURCE
+    failed.notes.append(
+        f"hybrid: the LLM's answer was invalid after the repair ({reasons}); "
+        "ran the optimizer's S1 instead"
+    )
+    return failed
 
 
 def classify(

@@ -26,11 +26,12 @@ from trainee.ids import parse_session, session_id
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import is_secret_name
 from trainee.llm.settings import LlmSettings, load_settings
+from trainee.policies import POLICIES
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, journal_section
 from trainee.session.bus import EventBus
 from trainee.session.external_policy import ExternalPolicy
 from trainee.session.llm_policy import LlmPolicy
-from trainee.session.policy import POLICIES, Policy, RandomPolicy
+from trainee.session.policy import Policy, RandomPolicy
 from trainee.session.runner import SessionControl, SessionRunner
 from trainee.spec import ProjectSpec
 from trainee.store.db import Store
@@ -120,7 +121,7 @@ class SessionManager:
         if root in projects:
             return
         projects.append(root)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        paths.ensure_private_dir(self.state_dir)
         tmp = self.projects_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"projects": projects}, indent=2))
         os.replace(tmp, self.projects_file)
@@ -167,13 +168,13 @@ class SessionManager:
             else _seed(record)
         )
         if record.policy == "random":
-            return RandomPolicy(seed=seed)
+            return RandomPolicy(seed=seed, constraints=spec.constraints)
         if record.policy == "external":
-            return ExternalPolicy()
+            return ExternalPolicy(constraints=spec.constraints)
         if record.policy == "tpe":
             from trainee.session.optuna_policy import TpePolicy
 
-            return TpePolicy(seed=seed)
+            return TpePolicy(seed=seed, constraints=spec.constraints)
         if record.policy in ("llm", "hybrid"):
             settings = load_settings(record.env)
             journal = await self.journal(spec.project_root)
@@ -181,8 +182,8 @@ class SessionManager:
             if record.policy == "hybrid":
                 from trainee.session.hybrid_policy import HybridPolicy
 
-                return HybridPolicy(settings, parts, seed=seed)
-            return LlmPolicy(settings, parts)
+                return HybridPolicy(settings, parts, seed=seed, constraints=spec.constraints)
+            return LlmPolicy(settings, parts, constraints=spec.constraints)
         raise InvalidParams(
             f"decision policy {record.policy!r} is not available in this version",
             {"field": "policy", "reason": "not available"},

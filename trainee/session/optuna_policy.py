@@ -30,6 +30,7 @@ import anyio.to_thread
 from trainee.errors import NotAvailable
 from trainee.research.decision import (
     DecisionPlan,
+    Problem,
     effective_params,
     params_diff,
     params_equal,
@@ -40,6 +41,7 @@ from trainee.research.prompt import format_diff
 from trainee.research.state import ResearchState, format_metric
 from trainee.session.policy import Proposal, round_sig, sample_point, seeded_rng
 from trainee.spec import ParamType, TunableSpec
+from trainee.spec.constraints import Constraint
 
 if TYPE_CHECKING:
     import optuna
@@ -191,11 +193,17 @@ class TpePolicy:
     name = "tpe"
 
     def __init__(
-        self, seed: int = 0, *, startup_trials: int = DEFAULT_STARTUP_TRIALS, candidates: int = 24
+        self,
+        seed: int = 0,
+        *,
+        startup_trials: int = DEFAULT_STARTUP_TRIALS,
+        candidates: int = 24,
+        constraints: Sequence[Constraint] = (),
     ) -> None:
         if not optuna_available():
             _optuna()  # raises NotAvailable with the install hint
         self.seed = seed
+        self.constraints = tuple(constraints)
         self.startup_trials = max(1, startup_trials)
         self.candidates = max(1, candidates)
         self.told: list[KnownPoint] = []
@@ -248,7 +256,8 @@ class TpePolicy:
                 params={},
                 expected="",
                 stop=True,
-                stop_reason="the search space looks exhausted: no untried point was found",
+                stop_reason="the search space looks exhausted: no untried point was found"
+                + (" that keeps the constraints" if self.constraints else ""),
             )
             return [Proposal(plan=plan, policy=self.name, notes=notes)]
         return [
@@ -310,7 +319,7 @@ class TpePolicy:
         tried = [r.params for r in state.rounds]
         rejected = [r["params"] for r in state.rejected]
         out: list[Suggestion] = []
-        repeats = 0
+        repeats = broken = 0
         with _quiet():
             study = self._study(state, space, known)
             completed = _finished_count(study)
@@ -320,7 +329,10 @@ class TpePolicy:
                 trial = study.ask(dict(space))
                 params = _rounded(trial.params, space)
                 plan = DecisionPlan(
-                    hypothesis="TPE suggestion", change_summary="-", params=params, expected="-"
+                    hypothesis="TPE suggestion",
+                    change_summary="the optimizer's next point",
+                    params=params,
+                    expected="unknown until it runs",
                 )
                 problems = validate_plan(
                     plan,
@@ -328,13 +340,23 @@ class TpePolicy:
                     baseline=dict(baseline),
                     tried=tried + [effective_params(dict(baseline), s.params) for s in out],
                     rejected=rejected,
+                    constraints=self.constraints,
                 )
+                if any(p.field.startswith("constraints[") for p in problems):
+                    # never run: told as infeasible, so TPE's next asks avoid the region
+                    _tell_infeasible(study, trial, problems, len(self.constraints))
+                    broken += 1
+                    continue
                 if problems:
                     repeats += 1
                     continue
                 out.append(Suggestion(params, trial.number, completed < self.startup_trials))
         if repeats:
             notes.append(f"TPE repeated tried points {repeats} times; those asks were skipped")
+        if broken:
+            notes.append(
+                f"{broken} TPE point(s) broke a constraint; told to TPE as infeasible, not run"
+            )
         if len(out) < k:
             out.extend(self._random_fill(state, tunables, baseline, k - len(out), out, notes))
         return out, notes
@@ -425,15 +447,39 @@ class TpePolicy:
             if len(out) >= k:
                 break
             params = {n: v for n, v in sample_point(tunables, rng).items() if n in names}
-            plan = DecisionPlan(hypothesis="-", change_summary="-", params=params, expected="-")
+            plan = DecisionPlan(
+                hypothesis="TPE suggestion",
+                change_summary="the optimizer's next point",
+                params=params,
+                expected="unknown until it runs",
+            )
             if not validate_plan(
-                plan, tunables, baseline=dict(baseline), tried=tried, rejected=rejected
+                plan,
+                tunables,
+                baseline=dict(baseline),
+                tried=tried,
+                rejected=rejected,
+                constraints=self.constraints,
             ):
                 out.append(Suggestion(params, -1, True))
                 tried.append(effective_params(dict(baseline), params))
         if out:
             notes.append(f"{len(out)} point(s) drawn at random: TPE only repeated tried points")
         return out
+
+
+def _tell_infeasible(
+    study: optuna.Study, trial: optuna.trial.Trial, problems: Sequence[Problem], n: int
+) -> None:
+    """End an asked trial whose point breaks constraints: one constraint value per
+    tuning.yaml constraint (1.0 broken, 0.0 kept; Optuna's feasible is <= 0), state
+    PRUNED without a value. TPE ranks infeasible trials below every feasible one."""
+    from optuna.trial import TrialState
+
+    broken = {p.field for p in problems}
+    for i in range(n):
+        trial.set_constraint(f"constraints[{i}]", 1.0 if f"constraints[{i}]" in broken else 0.0)
+    study.tell(trial, state=TrialState.PRUNED)
 
 
 def _is_complete(point: KnownPoint) -> bool:

@@ -20,8 +20,11 @@ from trainee.errors import TraineeError
 from trainee.research.decision import DecisionPlan, effective_params, params_diff, validate_plan
 from trainee.research.state import ResearchState, RoundSummary
 from trainee.spec import ParamType, TunableSpec
+from trainee.spec.constraints import Constraint
 
-POLICIES = ("llm", "random", "tpe", "hybrid", "external")
+MAX_DRAWS = 200
+"""Random draws per decision before the space counts as exhausted (untried points that
+keep the constraints)."""
 
 
 @dataclass
@@ -46,6 +49,12 @@ class Proposal:
     ``S2 modified``, ``own`` (the LLM rejected the suggestions) or ``stop``."""
     suggestions: list[dict[str, Any]] = field(default_factory=list)
     """hybrid only: the optimizer's suggestions shown to the LLM, in order (S1, S2, ...)."""
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    """llm / hybrid: every request of this decision, in order (negotiation steps, failover,
+    the repair): provider, model, url, response_format, ok, status, kind, error,
+    latency_sec, tokens, and for an answer its ``answer`` text and ``problems``."""
+    response_format: str | None = None
+    """llm / hybrid: the response format the answer came in (json_schema, json_object, text)."""
 
 
 class Policy(Protocol):
@@ -103,8 +112,9 @@ class RandomPolicy:
 
     name = "random"
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, *, constraints: Sequence[Constraint] = ()) -> None:
         self.seed = seed
+        self.constraints = tuple(constraints)
 
     async def propose(
         self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
@@ -128,13 +138,19 @@ class RandomPolicy:
             out.append(found)
         if out:
             return out
+        reason = f"random search found no untried point in {MAX_DRAWS} draws"
+        if self.constraints:
+            reason = (
+                f"random search found no untried point that keeps the constraints in "
+                f"{MAX_DRAWS} draws (" + "; ".join(c.text for c in self.constraints) + ")"
+            )
         plan = DecisionPlan(
             hypothesis="",
             change_summary="",
             params={},
             expected="",
             stop=True,
-            stop_reason="random search found no untried point in 200 draws",
+            stop_reason=reason,
         )
         return [Proposal(plan=plan, policy=self.name)]
 
@@ -153,7 +169,8 @@ class RandomPolicy:
             effective_params(dict(baseline), p) for p in pending
         ]
         rejected = [r["params"] for r in state.rejected]
-        for _ in range(200):
+        broken = 0
+        for _ in range(MAX_DRAWS):
             params = sample_point(tunables, rng)
             plan = DecisionPlan(
                 hypothesis="random search suggestion",
@@ -161,10 +178,20 @@ class RandomPolicy:
                 params=params,
                 expected="unknown: random search explores the space",
             )
-            if not validate_plan(
-                plan, tunables, baseline=dict(baseline), tried=tried, rejected=rejected
-            ):
-                return Proposal(plan=plan, policy=self.name)
+            problems = validate_plan(
+                plan,
+                tunables,
+                baseline=dict(baseline),
+                tried=tried,
+                rejected=rejected,
+                constraints=self.constraints,
+            )
+            if not problems:
+                notes = (
+                    [f"{broken} draw(s) broke a constraint and were drawn again"] if broken else []
+                )
+                return Proposal(plan=plan, policy=self.name, notes=notes)
+            broken += any(p.field.startswith("constraints[") for p in problems)
         return None
 
     def observe(self, params: Mapping[str, Any], metric: float | None, status: str) -> None:

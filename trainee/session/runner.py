@@ -34,15 +34,17 @@ from trainee.errors import (
 from trainee.launch.backends import Backend, JobRef, JobState, RoundJob, make_backend
 from trainee.launch.backends.base import clear_job_files
 from trainee.launch.layout import ProjectLayout, RoundLayout, SessionLayout
-from trainee.launch.render import render_round
+from trainee.launch.render import build_env, render_round
 from trainee.launch.sandbox import check_bwrap, wrap
 from trainee.llm.settings import load_settings
 from trainee.metrics.extract import Extractor, MetricPoint
+from trainee.metrics.tb_source import require_tensorboard
 from trainee.monitor.activity import Activity
 from trainee.monitor.process import ExitInfo
 from trainee.monitor.tail import Line, tail_files
 from trainee.research.decision import params_diff
 from trainee.research.state import (
+    DecisionBudget,
     ResearchState,
     RoundSummary,
     new_state,
@@ -50,8 +52,9 @@ from trainee.research.state import (
     state_to_json,
 )
 from trainee.session.bus import EventBus
+from trainee.session.hints import failure_hint
 from trainee.session.policy import Policy, Proposal, full_params, propose_batch
-from trainee.spec import ProjectSpec, SecurityMode, load_project
+from trainee.spec import ProjectSpec, SecurityMode, load_project, min_rounds_of
 from trainee.spec.wire import Event
 from trainee.store.db import Store
 from trainee.store.export import write_ledgers, write_report, write_research_state
@@ -65,6 +68,8 @@ FAILURE_TAIL_LINES = 50
 OFFSET_SAVE_INTERVAL = 1.0
 EVENT_FLUSH_INTERVAL = 0.25
 MAX_ATTEMPTS = 3
+BASELINE_TAIL_LINES = 20
+"""Lines of a failed baseline's log shown when the session ends because of it."""
 """A round whose monitor keeps dying is run at most this many times, then marked failed."""
 
 
@@ -122,8 +127,12 @@ class SessionRunner:
         self.policy: Policy | None = None
         self.backend: Backend | None = None
         self._outputs_lock = anyio.Lock()
+        self._failure_tail: list[str] = []
         self.monitors: dict[int, int] = {}
         """Round index -> pid of its monitor, for the rounds being launched or watched."""
+        self._stop_detail: str | None = None
+        self._decision_ids: dict[int, int] = {}
+        """round index -> the id of the decision that chose it (rounds.decision_id)"""
 
     # -- events ----------------------------------------------------------------
 
@@ -187,6 +196,7 @@ class SessionRunner:
         if self._security_mode() == SecurityMode.GUARDED and self.backend.name == "local":
             # cluster jobs check for bwrap on their node (the round fails there without it)
             await anyio.to_thread.run_sync(check_bwrap)
+        require_tensorboard(spec.metrics.specs)
         rounds = await self.store.list_rounds(self.record.index)
         self.state = self._rebuild_state(spec, rounds)
         policy = await self.policy_factory(
@@ -216,6 +226,12 @@ class SessionRunner:
                 return self.control.stop_reason, None
             if any(s.status == "completed_without_metrics" for s in summaries):
                 return "required_metric_missing", None
+            baselines = {r.index for r in unfinished if r.batch == 0 and not r.diff}
+            failed = await self._failed_baseline(
+                spec, [s for s in summaries if s.index in baselines]
+            )
+            if failed is not None:
+                return "baseline_failed", failed
 
         while True:
             done = await self.store.list_rounds(self.record.index)
@@ -233,12 +249,17 @@ class SessionRunner:
             else:
                 step = max((r.batch for r in done), default=0) + 1
                 slots = self._slots(spec, done)
+                assert self.state is not None
+                self.state = msgspec.structs.replace(
+                    self.state, budget=self._decision_budget(spec, done, index)
+                )
                 proposals = await self._decide(policy, spec, index, slots, baseline_params)
                 if proposals is None or self.control.stop_requested.is_set():
                     return self.control.stop_reason, None
                 stop = next((p for p in proposals if p.plan.stop), None)
                 if stop is not None:
-                    return "policy_stop", stop.plan.stop_reason
+                    self._stop_detail = stop.plan.stop_reason or None
+                    return "policy_stop", None
                 plans = [(p, full_params(baseline_params, p.plan)) for p in proposals]
                 for i, (p, params) in enumerate(plans):
                     assert p is not None
@@ -266,6 +287,35 @@ class SessionRunner:
                 )
             if any(s.status == "completed_without_metrics" for s in summaries):
                 return "required_metric_missing", None
+            if step == 0:
+                # nothing to improve on: stop now, with what went wrong and the likely fix
+                failed = await self._failed_baseline(spec, summaries)
+                if failed is not None:
+                    return "baseline_failed", failed
+
+    async def _failed_baseline(
+        self, spec: ProjectSpec, summaries: list[RoundSummary]
+    ) -> str | None:
+        """The session's error when the baseline among ``summaries`` failed or timed out
+        (its status, the likely fix); None when it did not."""
+        s = next((s for s in summaries if s.status in ("failed", "timed_out")), None)
+        if s is None:
+            return None
+        rec = await self.store.get_round(self.record.index, s.index)
+        how = "timed out" if s.status == "timed_out" else "failed"
+        if rec.signal:
+            how += f" ({rec.signal})"
+        elif rec.returncode is not None and s.status == "failed":
+            how += f" (exit code {rec.returncode})"
+        hint = failure_hint(
+            spec,
+            [*rec.warnings, *rec.failure_tail],
+            status=s.status,
+            returncode=rec.returncode,
+            signal=rec.signal,
+        )
+        self._failure_tail = rec.failure_tail[-BASELINE_TAIL_LINES:]
+        return f"the baseline (round {s.index}) {how}, so there is nothing to tune; {hint}"
 
     def _slots(self, spec: ProjectSpec, done: list[RoundRecord]) -> int:
         """How many candidates the next step runs: ``run.parallel``, never past max_rounds
@@ -286,6 +336,10 @@ class SessionRunner:
         request dropped the decision."""
         assert self.state is not None
         proposals: list[Proposal] | None = None
+        self.emit(
+            "decision.started",
+            {"round": index, "policy": self.record.policy, "slots": slots, "at": time.time()},
+        )
         with anyio.CancelScope() as scope:
             self.control.decision_scope = scope
             try:
@@ -380,6 +434,27 @@ class SessionRunner:
             max_usd=getattr(llm, "max_usd", None) if llm is not None else None,
         )
 
+    def _decision_budget(
+        self, spec: ProjectSpec, done: list[RoundRecord], index: int
+    ) -> DecisionBudget:
+        """Round n of N, what is left of the budgets, and when a policy stop counts."""
+        finished = len([r for r in done if r.status in FINISHED and r.status != "stopped"])
+        budgets = self._budgets(spec)
+        seconds_left = None
+        if budgets.max_session_minutes is not None:
+            seconds_left = budgets.max_session_minutes * 60 - (time.time() - self.record.created_at)
+        return DecisionBudget(
+            round=index,
+            max_rounds=self.record.max_rounds,
+            finished=finished,
+            min_rounds=min_rounds_of(spec.decision.min_rounds, self.record.max_rounds),
+            seconds_left=seconds_left,
+            tokens_left=None
+            if budgets.max_tokens is None
+            else budgets.max_tokens - self.record.tokens,
+            usd_left=None if budgets.max_usd is None else budgets.max_usd - self.record.cost_usd,
+        )
+
     # -- state -------------------------------------------------------------------
 
     def _rebuild_state(self, spec: ProjectSpec, rounds: list[RoundRecord]) -> ResearchState:
@@ -414,7 +489,7 @@ class SessionRunner:
     # -- decisions ------------------------------------------------------------------
 
     async def _record_decision(self, index: int, p: Proposal, *, accepted: bool = True) -> None:
-        await self.store.add_decision(
+        saved = await self.store.add_decision(
             DecisionRecord(
                 id=0,
                 session=self.record.index,
@@ -433,9 +508,14 @@ class SessionRunner:
                 cost_usd=p.cost_usd,
                 latency_sec=p.latency_sec,
                 created_at=time.time(),
+                attempts=p.attempts,
+                response_format=p.response_format,
+                source=p.source,
             ),
             debug=self._debug_recording(),
         )
+        if accepted:
+            self._decision_ids[index] = saved.id
         tokens = self.record.tokens + p.prompt_tokens + p.completion_tokens
         cost = self.record.cost_usd + (p.cost_usd or 0.0)
         self.record = await self.store.update_session(
@@ -465,6 +545,13 @@ class SessionRunner:
             "stop": p.plan.stop,
             "stop_reason": p.plan.stop_reason,
             "repaired": p.repaired,
+            "response_format": p.response_format,
+            "attempts": len(p.attempts),
+            "failed_attempts": [
+                {k: a.get(k) for k in ("provider", "model", "url", "kind", "status", "error")}
+                for a in p.attempts
+                if not a.get("ok") and a.get("kind") != "refused_format"
+            ],
         }
 
     # -- rounds ------------------------------------------------------------------------
@@ -484,7 +571,7 @@ class SessionRunner:
             status="pending",
             params=params,
             diff=params_diff(dict(baseline), params),
-            decision_id=None,
+            decision_id=self._decision_ids.pop(index, None) if p is not None else None,
             hypothesis=p.plan.hypothesis if p else "baseline",
             expected=p.plan.expected if p else "",
             verdict=None,
@@ -696,6 +783,11 @@ class SessionRunner:
             spec.metrics.specs,
             placeholders=placeholders,
             project_root=str(self.layout.project_root),
+            # a wandb_summary without path: the newest W&B run of this round, found
+            # below the round's WANDB_DIR or the working folder (its summary is written
+            # while the job runs, so after this time)
+            wandb_dirs=(build_env(spec, rnd, {}, create=False)["WANDB_DIR"], spec.working_dir),
+            since=rec.started_at or time.time(),
         )
         # Re-parse from the start for metrics; show only what was not shown before.
         shown_until = rec.log_offset if readopted else 0
@@ -800,12 +892,24 @@ class SessionRunner:
                     )
                     self.emit("activity", {"round": rec.index, "last_activity_at": last_activity})
 
+        async def poll_metric_files() -> None:
+            """The tensorboard and csv sources, read again every heartbeat interval."""
+            while True:
+                await anyio.sleep(spec.advanced.heartbeat_interval_sec)
+                points = await anyio.to_thread.run_sync(extractor.poll_files)
+                if points:
+                    rows = [(p.name, p.value, p.step, p.seq) for p in points]
+                    await self.store.add_points(self.record.index, rec.index, rows)
+                    self.emit("metric", {"round": rec.index, "points": rows[-500:]})
+
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(run_tail)
                 tg.start_soon(stop_watcher)
                 if mtime_globs or heartbeat_globs:
                     tg.start_soon(watch_signals)
+                if extractor.polled:
+                    tg.start_soon(poll_metric_files)
                 exit_info = await backend.wait(ref, job, on_state=on_state)
                 stop_tail.set()
                 # the tailer drains every file to its end after ``stop``, then returns
@@ -940,11 +1044,17 @@ class SessionRunner:
             "provider_failed": "failed",
             "invalid_decision": "failed",
             "required_metric_missing": "failed",
+            "baseline_failed": "failed",
         }.get(stop_reason, "finished")
+        if status == "finished" and not await self._any_completed():
+            # every round failed (the baseline included): nothing was measured
+            status = "failed"
+            error = error or "no round completed (the baseline included); see the rounds' logs"
         final = {
             "status": status,
             "stop_reason": stop_reason,
             "error": error,
+            "stop_detail": self._stop_detail,
             "finished_at": time.time(),
         }
         with anyio.CancelScope(shield=True):
@@ -963,15 +1073,25 @@ class SessionRunner:
                     "status": status,
                     "stop_reason": stop_reason,
                     "error": error,
+                    "stop_detail": self._stop_detail,
+                    "policy": self.record.policy,
                     "best_round": state.best.index if state and state.best else None,
                     "best_metric": state.best.metric if state and state.best else None,
                     "best_params": state.best.params if state and state.best else None,
                     "baseline_metric": state.baseline.metric if state and state.baseline else None,
                     "metric_name": state.primary_metric if state else None,
                     "report": str(self.session_layout.report),
+                    "log_tail": self._failure_tail,
                 },
             )
         return self.record
+
+    async def _any_completed(self) -> bool:
+        try:
+            rounds = await self.store.list_rounds(self.record.index)
+        except TraineeError:
+            return True  # cannot tell: keep the stop reason's own status
+        return any(r.status == "completed" for r in rounds)
 
 
 def _extract(extractor: Extractor, by_file: dict[str, list[str]]) -> list[MetricPoint]:

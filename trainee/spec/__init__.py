@@ -9,10 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainee.spec.args import render_arg, render_override_value, render_param, render_value
+from trainee.spec.args import (
+    format_float,
+    render_arg,
+    render_override_value,
+    render_param,
+    render_value,
+)
 from trainee.spec.compile import (
     PATH_PLACEHOLDERS,
-    SHELL_PLACEHOLDERS,
     ParamSource,
     ProjectSpec,
     TunableSpec,
@@ -26,6 +31,7 @@ from trainee.spec.files import (
     ArgSpec,
     ArgStyle,
     BackendSpec,
+    ConfigStyle,
     DataSpec,
     DecisionSpec,
     Environment,
@@ -46,19 +52,23 @@ from trainee.spec.files import (
     TuningFileSpec,
     Value,
     decode_file,
+    min_rounds_of,
     struct_to_yaml_data,
 )
+from trainee.spec.placeholders import ARG_PLACEHOLDERS, SHELL_PLACEHOLDERS, expand
 
 if TYPE_CHECKING:
     from trainee.spec.yamlio import YamlDocument, read_config_value
 
 __all__ = [
+    "ARG_PLACEHOLDERS",
     "PATH_PLACEHOLDERS",
     "SHELL_PLACEHOLDERS",
     "AdvancedSpec",
     "ArgSpec",
     "ArgStyle",
     "BackendSpec",
+    "ConfigStyle",
     "DataSpec",
     "DecisionSpec",
     "Environment",
@@ -84,9 +94,12 @@ __all__ = [
     "YamlDocument",
     "check_project",
     "decode_file",
+    "expand",
+    "format_float",
     "load_project",
     "load_project_file",
     "load_tuning_file",
+    "min_rounds_of",
     "read_config_value",
     "render_arg",
     "render_override_value",

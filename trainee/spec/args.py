@@ -14,9 +14,13 @@ import re
 from trainee.spec.compile import TunableSpec
 from trainee.spec.files import ArgStyle, ParamSpec, ParamType, Value
 
-__all__ = ["render_arg", "render_override_value", "render_param", "render_value"]
+__all__ = ["format_float", "render_arg", "render_override_value", "render_param", "render_value"]
 
 _HYDRA_PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_\-./@+]*$")
+_INTERPOLATION = r"\$\{[^{}'\"]+\}"
+_PLAIN_PART = rf"(?:{_INTERPOLATION}|[A-Za-z0-9_\-./@+:])*"
+_HYDRA_INTERPOLATED = re.compile(rf"^{_PLAIN_PART}{_INTERPOLATION}{_PLAIN_PART}$")
+"""Interpolations (``${oc.env:HOME}/out``) Hydra reads unquoted: passed byte for byte."""
 _HYDRA_KEYWORDS = {"true", "false", "null", "inf", "nan"}
 
 
@@ -42,8 +46,25 @@ def _kind(value: Value, type_: ParamType | str | None) -> str:
     return kind
 
 
+def format_float(value: float) -> str:
+    """The one spelling of a float, in commands, prompts, examples and repair messages:
+    the shortest text that reads back to the same float (``repr``), with the exponent
+    written without ``+`` or leading zeros (``1e-5``, not ``1e-05``; ``1e20``, not
+    ``1e+20``), because JSON grammars such as llama.cpp's forbid a leading zero in an
+    exponent: a model made to copy ``1e-05`` under such a grammar writes ``1e-0`` (= 1.0).
+    Python, argparse and every JSON parser read this form. Non-finite values are spelled
+    ``inf``, ``-inf``, ``nan`` (callers refuse them where they are not allowed)."""
+    text = repr(float(value))
+    mantissa, sep, exponent = text.partition("e")
+    if not sep:
+        return text
+    sign = "-" if exponent.startswith("-") else ""
+    digits = exponent.lstrip("+-").lstrip("0") or "0"
+    return f"{mantissa}e{sign}{digits}"
+
+
 def render_value(value: Value, type: ParamType | str | None = None) -> str:
-    """The text of one value: floats as ``repr`` of a float (``1.0``, ``1e-05``), ints as
+    """The text of one value: floats by :func:`format_float` (``1.0``, ``1e-5``), ints as
     ints, bools as ``True``/``False``, strings unchanged.
 
     ``type`` is the param type (``float``/``int``/``bool``/``choice``) or ``str``;
@@ -61,7 +82,7 @@ def render_value(value: Value, type: ParamType | str | None = None) -> str:
         number = float(value)
         if not math.isfinite(number):
             raise ValueError(f"cannot pass a non-finite number {number}")
-        return repr(number)
+        return format_float(number)
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeError(f"expected an integer, got {value!r}")
@@ -77,7 +98,8 @@ def render_value(value: Value, type: ParamType | str | None = None) -> str:
 
 def render_override_value(value: Value, type: ParamType | str | None = None) -> str:
     """A value in Hydra override syntax: ``true``/``false``, numbers as in
-    :func:`render_value`, and strings quoted when Hydra would read them otherwise."""
+    :func:`render_value`, and strings quoted when Hydra would read them otherwise
+    (an interpolation such as ``${oc.env:HOME}/out`` is left as written)."""
     kind = _kind(value, type)
     if kind == "bool":
         return render_value(value, "bool").lower()
@@ -85,6 +107,8 @@ def render_override_value(value: Value, type: ParamType | str | None = None) -> 
         return render_value(value, kind)
     text = render_value(value, "str")
     if _HYDRA_PLAIN.match(text) and text.lower() not in _HYDRA_KEYWORDS:
+        return text
+    if "${" in text and _HYDRA_INTERPOLATED.match(text):
         return text
     return _hydra_quote(text)
 

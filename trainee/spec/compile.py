@@ -13,15 +13,17 @@ import enum
 import math
 import os
 import re
-import string
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar, cast
 
 import msgspec
 
 from trainee.errors import ConfigError
+from trainee.spec.constraints import Constraint, parse_constraint, unknown_name_reason
 from trainee.spec.files import (
     AdvancedSpec,
+    ConfigStyle,
     DataSpec,
     DecisionSpec,
     FieldPath,
@@ -43,11 +45,13 @@ from trainee.spec.files import (
     decode_file,
     line_of,
 )
+from trainee.spec.placeholders import placeholders_in
 from trainee.spec.regexcheck import check_pattern
 
 __all__ = [
+    "HYDRA_CONFIG_FLAGS",
+    "HYDRA_OUTPUT_KEYS",
     "PATH_PLACEHOLDERS",
-    "SHELL_PLACEHOLDERS",
     "ParamSource",
     "ProjectSpec",
     "Source",
@@ -68,25 +72,29 @@ PATH_PLACEHOLDERS: dict[str, str] = {
 """Placeholders allowed in log/signal/metric paths, with the representative values
 (relative to the project root) used to check where they point."""
 
-SHELL_PLACEHOLDERS: tuple[str, ...] = (
-    "project_root",
-    "working_dir",
-    "trainee_dir",
-    "extra_args",
-    "session_id",
-    "round_index",
-    "session_dir",
-    "round_dir",
-    "config_path",
-)
-"""The ``{name}`` variables ``advanced.shell_command`` may use."""
 
 _REGEX_SOURCES = (MetricSource.STDOUT_REGEX, MetricSource.LOG_REGEX, MetricSource.LOG_FILE_REGEX)
-_PATH_SOURCES = (MetricSource.LOG_FILE_REGEX, MetricSource.JSONL, MetricSource.WANDB_SUMMARY)
+_PATH_SOURCES = (
+    MetricSource.LOG_FILE_REGEX,
+    MetricSource.JSONL,
+    MetricSource.TENSORBOARD,
+    MetricSource.CSV,
+)
+_NAME_SOURCES = (MetricSource.TENSORBOARD, MetricSource.CSV)
+"""Sources whose key is a tag or column name (any text on one line)."""
 _FILE_SIGNALS = (SignalType.LOG_FILE_MTIME, SignalType.HEARTBEAT_FILE)
 _GLOB = re.compile(r"[*?\[]")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DEFAULT_CONFIG_FLAG = "--config"
+
+HYDRA_CONFIG_FLAGS: tuple[str, ...] = ("--config-path", "--config-name", "--config-dir")
+"""The flags of a ``@hydra.main`` app that pass the round config (config_style hydra)."""
+
+HYDRA_OUTPUT_KEYS: tuple[str, ...] = ("hydra.run.dir", "hydra.sweep.dir")
+"""Hydra's output folders, set to the round's ``outputs/`` (config_style hydra)."""
 
 _T = TypeVar("_T", bound=msgspec.Struct)
 
@@ -143,6 +151,8 @@ class ProjectSpec(msgspec.Struct, frozen=True, kw_only=True):
     llm: LlmBudgetSpec
     decision: DecisionSpec
     tunables: tuple[TunableSpec, ...]
+    constraints: tuple[Constraint, ...] = ()
+    """tuning.yaml's constraints, parsed, with the fixed values they name bound."""
 
     @property
     def root_path(self) -> Path:
@@ -171,7 +181,11 @@ class ProjectSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     def to_tuning_file(self) -> TuningFileSpec:
         """The tuning.yaml Struct this spec was compiled from."""
-        return TuningFileSpec(version=1, params=tuple(t.param for t in self.tunables))
+        return TuningFileSpec(
+            version=1,
+            params=tuple(t.param for t in self.tunables),
+            constraints=tuple(c.text for c in self.constraints),
+        )
 
 
 class Source(NamedTuple):
@@ -293,6 +307,7 @@ class _Compiler:
         self._check_metrics()
         self._check_advanced()
         tunables = self._check_params()
+        constraints = self._check_constraints(tunables)
         return ProjectSpec(
             project_root=str(self.root),
             trainee_dir=str(self.trainee_lexical),
@@ -310,6 +325,7 @@ class _Compiler:
             llm=p.llm,
             decision=p.decision,
             tunables=tunables,
+            constraints=constraints,
         )
 
     # -- project.yaml -------------------------------------------------------------------
@@ -327,13 +343,26 @@ class _Compiler:
                 ("launch", "env_name"),
                 f"only used with environment: conda (environment is {env})",
             )
-        for i, c in enumerate(launch.command):
-            if "\x00" in c:
-                raise self.fail(self.psrc, ("launch", "command", i), "contains a NUL byte")
+        if launch.command is None:
+            if self.project.advanced.shell_command is None:
+                raise self.fail(
+                    self.psrc,
+                    ("launch", "command"),
+                    "missing required field (e.g. command: [python, train.py]); it may be "
+                    "left out only when advanced.shell_command is set",
+                )
+        else:
+            for i, c in enumerate(launch.command):
+                if "\x00" in c:
+                    raise self.fail(self.psrc, ("launch", "command", i), "contains a NUL byte")
         for i, arg in enumerate(launch.args):
-            self._check_arg(("launch", "args", i), arg.value)
+            self._check_arg(("launch", "args", i, "value"), arg.value)
+        for i, item in enumerate(self.project.data):
+            self._check_arg(("data", i, "path"), item.path)
         for i, arg in enumerate(self.project.run.fixed_args):
-            self._check_arg(("run", "fixed_args", i), arg.value)
+            self._check_arg(("run", "fixed_args", i, "value"), arg.value)
+        self._check_env()
+        self._check_config_style()
         if launch.baseline_config is not None:
             where = ("launch", "baseline_config")
             self.baseline_path = self._inside(
@@ -342,12 +371,62 @@ class _Compiler:
             from trainee.spec.yamlio import YamlDocument
 
             self._baseline_doc = YamlDocument.load(self.baseline_path)
+            hydra = ConfigStyle(launch.config_style) == ConfigStyle.HYDRA
+            if hydra and self._baseline_doc.kind != "yaml":
+                raise self.fail(
+                    self.psrc,
+                    where,
+                    "config_style hydra needs a YAML primary config (Hydra reads no JSON)",
+                )
 
     def _check_arg(self, where: FieldPath, value: Any) -> None:
         if isinstance(value, float) and not math.isfinite(value):
-            raise self.fail(self.psrc, (*where, "value"), f"must be a finite number, got {value}")
+            raise self.fail(self.psrc, where, f"must be a finite number, got {value}")
         if isinstance(value, str) and "\x00" in value:
-            raise self.fail(self.psrc, (*where, "value"), "contains a NUL byte")
+            raise self.fail(self.psrc, where, "contains a NUL byte")
+        if isinstance(value, str) and "extra_args" in placeholders_in(value):
+            raise self.fail(
+                self.psrc,
+                where,
+                "{extra_args} is filled in only in advanced.shell_command "
+                "(write {{extra_args}} for the literal text)",
+            )
+
+    def _check_env(self) -> None:
+        for name, value in self.project.launch.env.items():
+            where: FieldPath = ("launch", "env", name)
+            if not _ENV_NAME.fullmatch(name):
+                raise self.fail(
+                    self.psrc,
+                    where,
+                    f"{name!r} is not an environment variable name "
+                    "(letters, digits and _, not starting with a digit)",
+                )
+            if name.startswith("TRAINEE_"):
+                raise self.fail(
+                    self.psrc,
+                    where,
+                    f"{name}: the TRAINEE_* variables are set by trainee for each round "
+                    "(TRAINEE_ROUND_DIR, TRAINEE_SESSION_DIR, ...); use another name",
+                )
+            self._check_arg(where, value)
+
+    def _check_config_style(self) -> None:
+        launch = self.project.launch
+        if launch.config_flag == _DEFAULT_CONFIG_FLAG:
+            return
+        where = ("launch", "config_flag")
+        if ConfigStyle(launch.config_style) == ConfigStyle.HYDRA:
+            raise self.fail(
+                self.psrc,
+                where,
+                "not used with config_style hydra (the round config is passed as "
+                "--config-path DIR --config-name NAME); remove it",
+            )
+        if launch.baseline_config is None:
+            raise self.fail(
+                self.psrc, where, "passes launch.baseline_config, which is not set; remove it"
+            )
 
     def _check_run(self) -> None:
         run = self.project.run
@@ -372,6 +451,7 @@ class _Compiler:
             self._inside(self.psrc, ("data", i, "path"), item.path, kind="any", label="the project")
 
     def _check_output(self) -> None:
+        self._check_output_flag()
         key = self.project.output.config_path
         if key is None:
             return
@@ -393,6 +473,22 @@ class _Compiler:
                 "(it should hold the output folder)",
             )
 
+    def _check_output_flag(self) -> None:
+        flag = self.project.output.flag
+        if flag is None:
+            return
+        key = _strip_override(flag)
+        # in config_style hydra, output.flag may name hydra.run.dir: it is passed once
+        for other, label in self._constant_flags(with_output=False, with_hydra_outputs=False):
+            if _strip_override(other) == key:
+                raise self.fail(
+                    self.psrc,
+                    ("output", "flag"),
+                    f"'{flag}' is also set by {label}; give the outputs folder in one place "
+                    "(remove it there, or keep it there with the value {outputs_dir} and "
+                    "remove output.flag)",
+                )
+
     def _check_metrics(self) -> None:
         seen: set[str] = set()
         for i, m in enumerate(self.project.metrics.specs):
@@ -403,6 +499,14 @@ class _Compiler:
             source = MetricSource(m.source)
             if source in _REGEX_SOURCES:
                 self._check_regex((*base, "key_or_pattern"), m.key_or_pattern)
+            elif source in _NAME_SOURCES:
+                what = "a scalar tag" if source == MetricSource.TENSORBOARD else "a column name"
+                if not m.key_or_pattern.strip() or not m.key_or_pattern.isprintable():
+                    raise self.fail(
+                        self.psrc,
+                        (*base, "key_or_pattern"),
+                        f"must be {what} on one line for source {source}, got {m.key_or_pattern!r}",
+                    )
             elif not re.fullmatch(r"[^.\s]+(\.[^.\s]+)*", m.key_or_pattern):
                 raise self.fail(
                     self.psrc,
@@ -413,8 +517,15 @@ class _Compiler:
                 if m.path is None:
                     raise self.fail(self.psrc, (*base, "path"), f"required for source {source}")
                 self._runtime_path((*base, "path"), m.path)
+            elif source == MetricSource.WANDB_SUMMARY:
+                if m.path is not None:
+                    self._runtime_path((*base, "path"), m.path)
             elif m.path is not None:
-                hint = " (log_regex reads advanced.log_paths)" if source == "log_regex" else ""
+                hint = (
+                    " (log_regex reads advanced.log_paths)"
+                    if source == MetricSource.LOG_REGEX
+                    else ""
+                )
                 raise self.fail(
                     self.psrc, (*base, "path"), f"not used by source {source}{hint}; remove it"
                 )
@@ -468,6 +579,15 @@ class _Compiler:
         for i, m in enumerate(self.project.metrics.specs):
             if m.path is not None:
                 paths.append((("metrics", "specs", i, "path"), m.path))
+            elif m.source == MetricSource.WANDB_SUMMARY:
+                raise self.fail(
+                    self.psrc,
+                    ("metrics", "specs", i, "path"),
+                    f"with run.parallel {self.project.run.parallel} rounds run at once, so the "
+                    "newest W&B run may be another round's; set path to a per-round summary "
+                    "(e.g. {round_dir}/wandb/*run-*/files/wandb-summary.json, with the job's "
+                    "WANDB_DIR set to {round_dir})",
+                )
         adv = self.project.advanced
         paths += [(("advanced", "log_paths", i), p) for i, p in enumerate(adv.log_paths)]
         for i, sig in enumerate(adv.signal_sources):
@@ -524,27 +644,11 @@ class _Compiler:
             )
 
     def _check_shell(self, command: str) -> None:
-        where = ("advanced", "shell_command")
-        try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(command) if f is not None]
-        except ValueError as exc:
+        if "extra_args" not in placeholders_in(command):
             raise self.fail(
                 self.psrc,
-                where,
-                f"invalid template ({exc}); write {{{{ and }}}} for literal braces",
-            ) from None
-        for name in fields:
-            if name not in SHELL_PLACEHOLDERS:
-                raise self.fail(
-                    self.psrc,
-                    where,
-                    f"unknown placeholder {{{name}}}; expected one of: "
-                    + ", ".join(f"{{{n}}}" for n in SHELL_PLACEHOLDERS)
-                    + " (write {{ and }} for literal braces)",
-                )
-        if "extra_args" not in fields:
-            raise self.fail(
-                self.psrc, where, "must contain {extra_args} where the tuned arguments go"
+                ("advanced", "shell_command"),
+                "must contain {extra_args} where the tuned arguments go",
             )
 
     # -- paths --------------------------------------------------------------------------
@@ -649,6 +753,7 @@ class _Compiler:
 
     def _check_params(self) -> tuple[TunableSpec, ...]:
         fixed = self._fixed_flags()
+        hydra = ConfigStyle(self.project.launch.config_style) == ConfigStyle.HYDRA
         seen_names: set[str] = set()
         seen_keys: dict[str, str] = {}
         config_paths: list[tuple[str, str]] = []
@@ -660,6 +765,14 @@ class _Compiler:
                 raise self.fail(self.tsrc, (*base, "name"), f"duplicate param name '{param.name}'")
             seen_names.add(param.name)
             source, key = self._param_source(base, param, label)
+            if source == ParamSource.FLAG and hydra:
+                raise self.fail(
+                    self.tsrc,
+                    (*base, "flag"),
+                    f"{label}: with launch.config_style hydra the tunables are overrides; "
+                    f"write override: <key> (e.g. override: optimizer.lr) instead of "
+                    f"flag: {param.flag}",
+                )
             norm = _strip_override(key) if source == ParamSource.OVERRIDE else key
             if source != ParamSource.CONFIG_PATH:
                 if norm in seen_keys:
@@ -702,15 +815,34 @@ class _Compiler:
             )
         return tuple(out)
 
+    def _constant_flags(
+        self, *, with_output: bool = True, with_hydra_outputs: bool = True
+    ) -> list[tuple[str, str]]:
+        """Every flag or override key trainee passes with a constant value, with the
+        field that sets it, in argument order."""
+        out: list[tuple[str, str]] = []
+        launch = self.project.launch
+        hydra = ConfigStyle(launch.config_style) == ConfigStyle.HYDRA
+        if launch.baseline_config is not None:
+            if hydra:
+                label = "launch.baseline_config (config_style hydra)"
+                out += [(flag, label) for flag in (*HYDRA_CONFIG_FLAGS, "-cp", "-cn", "-cd")]
+            else:
+                out.append((launch.config_flag, "launch.config_flag"))
+        out += [(arg.flag, f"launch.args[{i}]") for i, arg in enumerate(launch.args)]
+        out += [(d.flag, f"data[{i}]") for i, d in enumerate(self.project.data) if d.flag]
+        out += [(a.flag, f"run.fixed_args[{i}]") for i, a in enumerate(self.project.run.fixed_args)]
+        if with_output and self.project.output.flag is not None:
+            out.append((self.project.output.flag, "output.flag"))
+        if hydra and with_hydra_outputs:
+            label = "config_style hydra (it holds the round's outputs folder)"
+            out += [(key, label) for key in HYDRA_OUTPUT_KEYS]
+        return out
+
     def _fixed_flags(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for i, arg in enumerate(self.project.launch.args):
-            out.setdefault(_strip_override(arg.flag), f"launch.args[{i}]")
-        for i, item in enumerate(self.project.data):
-            if item.flag:
-                out.setdefault(_strip_override(item.flag), f"data[{i}]")
-        for i, arg in enumerate(self.project.run.fixed_args):
-            out.setdefault(_strip_override(arg.flag), f"run.fixed_args[{i}]")
+        for flag, label in self._constant_flags():
+            out.setdefault(_strip_override(flag), label)
         return out
 
     def _param_source(
@@ -921,6 +1053,78 @@ class _Compiler:
                         (*base, name),
                         f"{label}: log scale needs values > 0, got {value!r}",
                     )
+
+    def _check_constraints(self, tunables: tuple[TunableSpec, ...]) -> tuple[Constraint, ...]:
+        """Each constraint parses, names tunables (with a baseline value) or fixed values,
+        and holds for the baseline."""
+        by_name = {t.name: t for t in tunables}
+        fixed = self._fixed_values()
+        out: list[Constraint] = []
+        for i, text in enumerate(self.tuning.constraints):
+            where: FieldPath = ("constraints", i)
+            try:
+                constraint = parse_constraint(text)
+            except ConfigError as exc:
+                raise self.fail(self.tsrc, where, exc.reason or exc.message) from None
+            bound: dict[str, Value] = {}
+            for name in constraint.names:
+                tunable = by_name.get(name)
+                if tunable is not None:
+                    if tunable.baseline is None:
+                        raise self.fail(
+                            self.tsrc,
+                            where,
+                            f"param '{name}' has no baseline value (no default, no baseline "
+                            "config value), so the constraint cannot be checked; give it a "
+                            "default",
+                        )
+                    continue
+                value = fixed(name)
+                if value is None:
+                    raise self.fail(self.tsrc, where, unknown_name_reason(name, sorted(by_name)))
+                bound[name] = value
+            if not any(n in by_name for n in constraint.names):
+                raise self.fail(
+                    self.tsrc,
+                    where,
+                    f"`{text}` names no tunable param, so no round can change it; "
+                    "remove it or name a param of tuning.yaml",
+                )
+            constraint = constraint.bind(bound)
+            baseline = {t.name: t.baseline for t in tunables}
+            problem = constraint.problem(baseline)
+            if problem is not None:
+                raise self.fail(
+                    self.tsrc,
+                    where,
+                    f"the baseline breaks it: {problem}; fix the constraint or the defaults",
+                )
+            out.append(constraint)
+        return tuple(out)
+
+    def _fixed_values(self) -> Callable[[str], Value | None]:
+        """A lookup of the fixed values a constraint may name besides the tunables: a
+        constant argument (``--grad_accum 4`` is ``grad_accum``), else a top-level key
+        of the baseline config."""
+        args: dict[str, Value] = {}
+        for arg in (*self.project.run.fixed_args, *self.project.launch.args):
+            key = _strip_override(arg.flag).lstrip("-").replace("-", "_")
+            if key.isidentifier() and arg.value is not None:
+                args.setdefault(key, arg.value)
+
+        def lookup(name: str) -> Value | None:
+            if name in args:
+                return args[name]
+            doc = self._baseline_doc
+            if doc is not None and "." not in name and doc.has(name):
+                value = doc.get(name)
+                if isinstance(value, int | float | str) and not (
+                    isinstance(value, float) and not math.isfinite(value)
+                ):
+                    return value
+            return None
+
+        return lookup
 
 
 # -- small helpers --------------------------------------------------------------------------

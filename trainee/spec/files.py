@@ -23,6 +23,7 @@ __all__ = [
     "ArgSpec",
     "ArgStyle",
     "BackendSpec",
+    "ConfigStyle",
     "DataSpec",
     "Environment",
     "FieldPath",
@@ -46,6 +47,7 @@ __all__ = [
     "decode_file",
     "format_field",
     "line_of",
+    "min_rounds_of",
     "struct_to_yaml_data",
 ]
 
@@ -68,6 +70,15 @@ class ArgStyle(enum.StrEnum):
     EQUALS = "equals"
 
 
+class ConfigStyle(enum.StrEnum):
+    """How the per-round copy of ``launch.baseline_config`` reaches the command:
+    ``flag`` as ``<launch.config_flag> <path>``, ``hydra`` as ``--config-path DIR
+    --config-name NAME`` (a ``@hydra.main`` app), with Hydra's output folder set too."""
+
+    FLAG = "flag"
+    HYDRA = "hydra"
+
+
 class SecurityMode(enum.StrEnum):
     GUARDED = "guarded"
     UNSAFE = "unsafe"
@@ -79,6 +90,8 @@ class MetricSource(enum.StrEnum):
     LOG_FILE_REGEX = "log_file_regex"
     JSONL = "jsonl"
     WANDB_SUMMARY = "wandb_summary"
+    TENSORBOARD = "tensorboard"
+    CSV = "csv"
 
 
 class Goal(enum.StrEnum):
@@ -135,12 +148,19 @@ class ArgSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``command`` may be left out when ``advanced.shell_command`` replaces it.
+    ``env``: variables set for every round (values may use the ``{...}`` variables).
+    ``config_flag``: the flag passing the per-round config (``config_style: flag``)."""
+
     environment: Environment = Environment.SYSTEM
     env_name: NonEmptyStr | None = None
-    command: Annotated[tuple[NonEmptyStr, ...], Meta(min_length=1)]
+    command: Annotated[tuple[NonEmptyStr, ...], Meta(min_length=1)] | None = None
     baseline_config: NonEmptyStr | None = None
+    config_style: ConfigStyle = ConfigStyle.FLAG
+    config_flag: ArgFlag = "--config"
     args: tuple[ArgSpec, ...] = ()
     arg_style: ArgStyle = ArgStyle.SPACE
+    env: dict[str, Value] = msgspec.field(default_factory=dict)
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -169,22 +189,37 @@ class DecisionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     ``hybrid`` (the LLM choosing among the optimizer's suggestions) or ``external``
     (an agent submits each plan through plan_submit / round_run); ``seed`` makes
     the optimizers reproducible (default: the session's number, so a new session
-    does not repeat the last one's points)."""
+    does not repeat the last one's points); ``min_rounds``: an LLM's stop is honoured
+    only once this many rounds have run, the baseline included (default: a third of
+    max_rounds, at least 2; see :func:`min_rounds_of`)."""
 
     policy: Literal["llm", "tpe", "random", "hybrid", "external"] = "llm"
     seed: Annotated[int, Meta(ge=0)] | None = None
+    min_rounds: Annotated[int, Meta(ge=1)] | None = None
+
+
+def min_rounds_of(configured: int | None, max_rounds: int) -> int:
+    """Rounds that must have run before an LLM may stop the session: ``decision.min_rounds``,
+    else a third of ``max_rounds`` (rounded up) and at least 2; never more than max_rounds."""
+    wanted = configured if configured is not None else max(2, -(-max_rounds // 3))
+    return max(1, min(wanted, max_rounds))
 
 
 class OutputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``config_path``: the dotted key of the baseline config holding the output folder."""
+    """``config_path``: the dotted key of the baseline config holding the output folder.
+    ``flag``: a flag (``--out_dir``, ``-o``) or an override key (``hydra.run.dir``) given
+    the round's outputs folder, rendered with the fixed arguments."""
 
     config_path: ConfigPath | None = None
+    flag: ArgFlag | None = None
 
 
 class MetricSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``key_or_pattern`` is a regex for the ``*_regex`` sources and a key or dotted
-    path for ``jsonl``/``wandb_summary``; ``path`` (glob allowed) is the file read by
-    ``log_file_regex``, ``jsonl`` and ``wandb_summary``."""
+    """``key_or_pattern`` is a regex for the ``*_regex`` sources, a key or dotted path
+    for ``jsonl``/``wandb_summary``, a scalar tag for ``tensorboard`` and a column for
+    ``csv``; ``path`` (glob allowed) is the file read by ``log_file_regex``, ``jsonl``,
+    ``tensorboard`` (event files or their folder), ``csv`` and ``wandb_summary`` (which
+    finds the round's W&B run without it)."""
 
     name: MetricName
     source: MetricSource
@@ -246,7 +281,7 @@ class ProjectFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
     version: Literal[1] = 1
     data: tuple[DataSpec, ...] = ()
-    launch: LaunchSpec
+    launch: LaunchSpec = msgspec.field(default_factory=LaunchSpec)
     run: RunSpec = msgspec.field(default_factory=RunSpec)
     output: OutputSpec = msgspec.field(default_factory=OutputSpec)
     metrics: MetricsSpec = msgspec.field(default_factory=MetricsSpec)
@@ -276,10 +311,12 @@ class ParamSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 
 class TuningFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``.trainee/tuning.yaml``."""
+    """``.trainee/tuning.yaml``. ``constraints``: conditions every round's values must
+    keep (``"n_embd % n_head == 0"``; see :mod:`trainee.spec.constraints`)."""
 
     version: Literal[1] = 1
     params: tuple[ParamSpec, ...] = ()
+    constraints: Annotated[tuple[NonEmptyStr, ...], Meta(max_length=64)] = ()
 
 
 # -- Struct -> YAML data ---------------------------------------------------------

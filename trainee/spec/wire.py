@@ -168,11 +168,26 @@ class ProjectUpdateContextParams(Wire):
     append: bool = False
 
 
-class ProviderUpdateParams(Wire):
+class ProviderFields(Wire, forbid_unknown_fields=True):
+    """One provider's saved fields: None leaves a field alone, "" clears it."""
+
+    model: str | None = None
+    api_key: str | None = None
+    base_url: str | None = None
+
+
+class ProviderUpdateParams(Wire, forbid_unknown_fields=True):
+    """``provider`` makes that provider the active one; ``model`` / ``api_key`` /
+    ``base_url`` belong to it. ``providers`` saves other providers without switching
+    (``{"openai_compatible": {"base_url": ..., "model": ...}}``), and ``failover`` is the
+    order in which they are tried when the active one fails. Unknown keys are an error."""
+
     provider: str | None = None
     model: str | None = None
     api_key: str | None = None
     base_url: str | None = None
+    providers: dict[str, ProviderFields] | None = None
+    failover: list[str] | None = None
     llm_timeout_sec: Annotated[float, Meta(gt=0)] | None = None
     llm_temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
 
@@ -226,6 +241,8 @@ class ProjectInitParams(Wire):
     project_root: str
     baseline_config: str | None = None
     force: bool = False
+    command: str | None = None
+    """The training command (split like a shell); its script or module must exist."""
     skip_provider_test: bool = False
     env: dict[str, str] | None = None
 
@@ -248,6 +265,8 @@ class DoctorParams(Wire):
     project_root: str
     skip_provider_test: bool = False
     env: dict[str, str] | None = None
+    policy: str | None = None
+    """The policy the session will use (``trainee run --policy``); default: decision.policy."""
 
 
 class DryRunParams(Wire):

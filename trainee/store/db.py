@@ -130,7 +130,7 @@ _DECISIONS = _Table(
     "decisions",
     DecisionRecord,
     key=("id",),
-    json=("prompt", "plan", "problems"),
+    json=("prompt", "plan", "problems", "attempts"),
     bools=("repaired", "accepted"),
     generated=("id",),
 )

@@ -332,14 +332,15 @@ def render_report(
         "",
         f"- **Project:** `{session.project_root}`",
         f"- **Status:** {session.status}",
-        f"- **Stop reason:** {session.stop_reason or '—'}",
+        f"- **Stop reason:** {session.stop_reason or '—'}"
+        + (f" — {_md(session.stop_detail)}" if session.stop_detail else ""),
         f"- **Rounds:** {len(ordered)} of at most {session.max_rounds}"
         + (f" ({by_status})" if by_status else ""),
         f"- **Goal:** {'minimize' if goal == 'min' else 'maximize'} `{metric_name}`",
         f"- **Policy:** {session.policy}; **security mode:** {session.security_mode}",
         *_backend_line(ordered),
         f"- **Started:** {_when(session.created_at)}; **finished:** {_when(session.finished_at)}",
-        f"- **LLM usage:** {session.tokens} tokens, ${session.cost_usd:.4f}",
+        f"- **LLM usage:** {session.tokens} tokens, {_usage_cost(session, decisions)}",
     ]
     if baseline is not None:
         lines.append(
@@ -469,28 +470,87 @@ def _problem_text(problem: dict[str, Any]) -> str:
     return _cell(problem)
 
 
+def _usage_cost(session: SessionRecord, decisions: Sequence[DecisionRecord] | None) -> str:
+    """The session's LLM cost; "unknown" when a provider's price is not known (a local
+    model, a model missing from the price table): never a made-up $0.0000."""
+    unpriced = [
+        d for d in decisions or () if d.cost_usd is None and d.prompt_tokens + d.completion_tokens
+    ]
+    if not unpriced:
+        return f"${session.cost_usd:.4f}"
+    if session.cost_usd:
+        return f"${session.cost_usd:.4f} + unknown (no price for {len(unpriced)} decisions)"
+    return "cost unknown (no price for the model; set prices in config.json)"
+
+
+def _decision_cost(d: DecisionRecord) -> str:
+    if d.cost_usd is not None:
+        return f"${d.cost_usd:.4f}"
+    return "unknown" if d.prompt_tokens + d.completion_tokens else "—"
+
+
+def _repaired(d: DecisionRecord) -> str:
+    answers = [a for a in d.attempts if a.get("ok")]
+    if d.repaired:
+        return "yes"
+    if not d.accepted and len(answers) > 1:
+        return "failed"
+    return "no"
+
+
+def _attempt_line(a: dict[str, Any]) -> str:
+    where = f"{a.get('provider')} ({a.get('model')}"
+    where += f" at {a['url']})" if a.get("url") else ")"
+    fmt = a.get("response_format") or "-"
+    took = a.get("latency_sec")
+    took_text = f", {took:.1f} s" if isinstance(took, int | float) else ""
+    if a.get("ok"):
+        tokens = int(a.get("prompt_tokens") or 0) + int(a.get("completion_tokens") or 0)
+        problems = a.get("problems") or []
+        verdict = (
+            "problems: " + "; ".join(_problem_text(p) for p in problems) if problems else "valid"
+        )
+        answer = str(a.get("answer") or "")
+        shown = answer if len(answer) <= 300 else answer[:297] + "..."
+        return f"{where}, {fmt}{took_text}, {tokens} tokens: {verdict}; answer `{_md(shown)}`"
+    return f"{where}, {fmt}{took_text}: {a.get('kind')}: {_md(a.get('error'))}"
+
+
 def _decision_table(decisions: Sequence[DecisionRecord]) -> list[str]:
     lines = [
         "## Decisions",
         "",
-        "| For round | Provider / model | Accepted | Repaired | Tokens | Cost | Latency | Problems |",
-        "|---|---|---|---|---|---|---|---|",
+        "| For round | Decided by | Format | Accepted | Repaired | Requests | Tokens | Cost "
+        "| Latency | Problems |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    detailed: list[DecisionRecord] = []
     for d in sorted(decisions, key=lambda d: d.id):
-        cost = "—" if d.cost_usd is None else f"${d.cost_usd:.4f}"
         problems = "; ".join(_problem_text(p) for p in d.problems) or "—"
+        who = f"{d.provider} / {d.model}" if d.provider else d.policy
+        if d.source:
+            who += f" ({d.source})"
         cells = [
             str(d.round),
-            f"{d.provider} / {d.model}",
+            who,
+            d.response_format or "—",
             "yes" if d.accepted else "no",
-            "yes" if d.repaired else "no",
+            _repaired(d),
+            str(len(d.attempts)) if d.attempts else "—",
             str(d.prompt_tokens + d.completion_tokens),
-            cost,
+            _decision_cost(d),
             f"{d.latency_sec:.1f} s",
             problems,
         ]
         lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
-    return [*lines, ""]
+        if len(d.attempts) > 1 or any(not a.get("ok") for a in d.attempts):
+            detailed.append(d)
+    lines.append("")
+    for d in detailed:
+        lines += [f"Requests of the decision for round {d.round}:", ""]
+        lines += [f"{i}. {_attempt_line(a)}" for i, a in enumerate(d.attempts, 1)]
+        lines.append("")
+    return lines
 
 
 # -- chart -----------------------------------------------------------------------------

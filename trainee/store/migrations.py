@@ -145,7 +145,17 @@ ALTER TABLE rounds ADD COLUMN batch INTEGER NOT NULL DEFAULT 0;
 """Rounds launched on a cluster engine (the backend and its job id, for re-adoption) and
 the step of parallel candidates each round belongs to."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+_V3 = """
+ALTER TABLE decisions ADD COLUMN attempts TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE decisions ADD COLUMN response_format TEXT;
+ALTER TABLE decisions ADD COLUMN source TEXT NOT NULL DEFAULT '';
+ALTER TABLE sessions ADD COLUMN stop_detail TEXT;
+"""
+"""Every request of a decision (negotiation steps, failover, the repair) with the format
+that answered and whose point it was (the hybrid's S1..Sk, own, or the optimizer fallback);
+the text a policy gave with its stop (a stop is not an error)."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -87,6 +87,8 @@ class SessionRecord(Record, kw_only=True):
     tokens: int = 0
     cost_usd: float = 0.0
     error: str | None = None
+    stop_detail: str | None = None
+    """What the policy said when it stopped the session (``stop_reason`` policy_stop)."""
 
     def __post_init__(self) -> None:
         expected = format_session_id(self.index)
@@ -177,6 +179,10 @@ class DecisionRecord(Record, kw_only=True):
     cost_usd: float | None = None
     latency_sec: float = 0.0
     created_at: float = msgspec.field(default_factory=time.time)
+    attempts: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    """Every request of the decision, in order (see ``Proposal.attempts``)."""
+    response_format: str | None = None
+    source: str = ""
 
 
 class MetricPointRecord(Record, kw_only=True):

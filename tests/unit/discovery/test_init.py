@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,11 +42,13 @@ def test_init_mlp_flags(tmp_path: Path) -> None:
     assert [(a.flag, a.value) for a in spec.run.fixed_args] == [("--epochs", 200)]
     assert spec.output.config_path is None  # init never infers output paths
     assert spec.tunables == ()  # nor tunables
-    assert spec.metrics.specs == ()
+    # the primary metric is the validation loss the script prints, not the training loss
+    assert [(m.name, m.goal, m.required) for m in spec.metrics.specs] == [("val_loss", "min", True)]
+    assert [m.name for m in result.metrics] == ["val_loss"]
     assert spec.advanced.security_mode == "guarded"
     text = (root / ".trainee" / "project.yaml").read_text()
-    assert "#     key_or_pattern: 'val_loss=" in text  # a commented metric example
-    assert "train.py prints val_loss" in text
+    assert "- name: val_loss  # validation, lower is better" in text
+    assert "train.py:168 prints 'val_loss'" in text
     readme = (root / ".trainee" / "README.md").read_text()
     assert "named train.py at the project root" in readme
     assert "`--epochs` = `200`" in readme
@@ -89,7 +92,12 @@ EXPECTED = {
     "venv": ("venv", None, ("python", "train.py"), [("--max-steps", 500)]),
     "conda": ("conda", "trainer-env", ("python", "train.py"), [("--max-steps", 500)]),
     "system": ("system", None, ("python", "train.py"), [("--max-steps", 500)]),
-    "hydra": ("system", None, ("python", "train.py"), [("trainer.max_epochs", 5)]),
+    "hydra": (
+        "system",
+        None,
+        ("python", "train.py"),
+        [("trainer.max_epochs", 5), ("output_dir", "{outputs_dir}/output_dir")],
+    ),
     "click": ("system", None, ("python", "train_click.py"), [("--epochs", 10)]),
     "typer": ("system", None, ("python", "main.py"), [("--epochs", 10)]),
     "pyproject_script": ("system", None, ("tiny-train",), [("--epochs", 3)]),
@@ -115,10 +123,12 @@ def test_init_layout_loads(make_layout: Callable[[str], Path], layout: str) -> N
         assert [(d.path, d.flag) for d in spec.data] == [("data", "--data-root")]
 
 
-def test_init_hydra_notes(make_layout: Callable[[str], Path]) -> None:
+def test_init_hydra_style_and_output(make_layout: Callable[[str], Path]) -> None:
     root = make_layout("hydra")
     result = init_project(root)
-    assert any("Hydra" in n and "override" in n for n in result.notes)
+    spec = load_project(root)
+    assert spec.launch.config_style == "hydra"
+    assert spec.output.flag == "hydra.run.dir" == result.output_flag
     assert "Hydra" in (root / ".trainee" / "README.md").read_text()
 
 
@@ -132,11 +142,18 @@ def test_conda_without_name_falls_back_to_system(tmp_path: Path) -> None:
     assert any("env_name" in n for n in result.notes)
 
 
-def test_init_without_entrypoint_still_writes_a_loadable_file(tmp_path: Path) -> None:
+def test_init_without_entrypoint_leaves_one_obvious_line(tmp_path: Path) -> None:
+    write(tmp_path / "model.py", "import torch\n")  # a library module, not an entrypoint
     result = init_project(tmp_path)
     assert result.entrypoint is None
-    assert any("no training entrypoint" in n for n in result.notes)
-    assert load_project(tmp_path).launch.command == ("python", "train.py")
+    assert any("no training entrypoint was found" in n for n in result.notes)
+    assert load_project(tmp_path).launch.command == ("python", "YOUR_TRAINING_SCRIPT.py")
+    lines = [
+        line
+        for line in (tmp_path / ".trainee" / "project.yaml").read_text().splitlines()
+        if "YOUR_TRAINING_SCRIPT" in line
+    ]
+    assert len(lines) == 1 and "NO TRAINING ENTRYPOINT FOUND" in lines[0]
 
 
 def test_data_symlink_outside_is_not_listed(tmp_path: Path) -> None:
@@ -180,17 +197,35 @@ def test_init_fills_in_missing_files_only(tmp_path: Path) -> None:
     assert (root / ".trainee" / "README.md").read_bytes() == kept_text
 
 
-def test_force_rewrites(tmp_path: Path) -> None:
+def test_force_rewrites_what_the_user_did_not_change(tmp_path: Path) -> None:
     root = copy_example("yaml-config", tmp_path)
     init_project(root)
     pfile = root / ".trainee" / "project.yaml"
-    pfile.write_text("version: 1\nlaunch:\n  command: [echo]\n")
+    pfile.write_text(pfile.read_text().replace("max_rounds: 3", "max_rounds: 9"))
     (root / ".trainee" / "context.md").write_text("mine\n")
     result = init_project(root, baseline_config="configs/base.yaml", force=True)
-    assert sorted(result.rewritten) == sorted(ALL_FILES)
-    assert sorted(result.kept) == sorted(ALL_DIRS)
-    assert load_project(root).launch.baseline_config == "configs/base.yaml"
-    assert (root / ".trainee" / "context.md").read_text() != "mine\n"
+    assert sorted(result.rewritten) == sorted(set(ALL_FILES) - {".trainee/context.md"})
+    spec = load_project(root)
+    assert spec.launch.baseline_config == "configs/base.yaml"
+    assert spec.run.max_rounds == 9
+    assert [c.field for c in result.kept_fields] == ["run.max_rounds"]
+    assert [c.field for c in result.replaced_fields] == ["launch.baseline_config"]
+    assert result.backup is None
+    assert (root / ".trainee" / "context.md").read_text() == "mine\n"
+
+
+def test_force_without_a_record_replaces_and_backs_up(tmp_path: Path) -> None:
+    root = copy_example("yaml-config", tmp_path)
+    init_project(root)
+    shutil.rmtree(root / ".trainee" / ".init")
+    pfile = root / ".trainee" / "project.yaml"
+    old = "version: 1\nlaunch:\n  command: [echo]\n"
+    pfile.write_text(old)
+    result = init_project(root, force=True)
+    assert "launch.command" in {c.field for c in result.replaced_fields}
+    assert result.backup == ".trainee/project.yaml.~1~"
+    assert (root / ".trainee" / "project.yaml.~1~").read_text() == old
+    assert load_project(root).launch.command == ("python", "train.py")
 
 
 @pytest.mark.parametrize(
@@ -275,6 +310,24 @@ def test_prepare_fills_then_keeps_then_replaces(tmp_path: Path) -> None:
     assert (third.tuning, third.context) == ("replaced", "rewritten")
     assert [t.name for t in load_project(root).tunables] == ["lr", "l2"]
     assert "my notes" not in (root / ".trainee" / "context.md").read_text()
+
+
+def test_prepare_replace_regenerates_a_tuning_file_that_no_longer_fits(tmp_path: Path) -> None:
+    root = copy_example("mlp-flags", tmp_path)
+    init_project(root)
+    prepare_project(root)
+    # the user pins --batch-size: the old tuning.yaml now clashes with project.yaml
+    pfile = root / ".trainee" / "project.yaml"
+    pfile.write_text(
+        pfile.read_text().replace(
+            "  fixed_args:\n", "  fixed_args:\n    - flag: --batch-size\n      value: 32\n"
+        )
+    )
+    with pytest.raises(ConfigError, match=r"already set by run\.fixed_args"):
+        load_project(root)
+    result = prepare_project(root, replace=True)
+    assert result.tuning == "replaced" and "batch_size" not in result.params_written
+    assert [t.name for t in load_project(root).tunables] == result.params_written
 
 
 def test_prepare_with_output_config_path_never_lists_it(tmp_path: Path) -> None:

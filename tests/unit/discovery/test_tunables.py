@@ -54,7 +54,9 @@ def test_mlp_flags_suggestions(tmp_path: Path) -> None:
     )
     assert lr.description == "Adam learning rate (default 1e-3)"
     bs = got["batch_size"]
-    assert (bs.type, bs.default, bs.min_value, bs.max_value, bs.log) == ("int", 16, 8, 32, True)
+    assert (bs.type, bs.default, bs.choices) == ("choice", 16, [8, 12, 16, 24, 32])  # even
+    wd = got["weight_decay"]  # the README's good value 3e-3 is inside the range
+    assert (wd.default, wd.min_value, wd.max_value, wd.log) == (1e-05, 1e-06, 0.1, True)
 
 
 def test_yaml_config_suggestions(tmp_path: Path) -> None:
@@ -249,7 +251,8 @@ BOUNDS: list[tuple[str, Any, str, Any, Any, bool]] = [
     ("lr", 0.001, "float", 0.0001, 0.01, True),
     ("learning_rate", 3e-4, "float", 3e-5, 0.003, True),
     ("weight_decay", 0.0, "float", 0.0, 0.1, False),
-    ("weight_decay", 0.01, "float", 0.001, 0.1, True),
+    ("weight_decay", 0.01, "float", 1e-05, 0.1, True),  # x/10..x*10 widened to the common range
+    ("weight_decay", 0.1, "float", 1e-05, 1.0, True),
     ("dropout", 0.1, "float", 0.0, 0.5, False),
     ("dropout", 0, "float", 0.0, 0.5, False),
     ("attn_dropout", 0.7, "float", 0.0, 0.99, False),
@@ -257,13 +260,10 @@ BOUNDS: list[tuple[str, Any, str, Any, Any, bool]] = [
     ("momentum", 0.9, "float", 0.0, 0.99, False),
     ("beta2", 0.999, "float", 0.99, 0.9999, False),
     ("ema_decay", 0.95, "float", 0.5, 0.995, False),
-    ("batch_size", 32, "int", 16, 64, True),
     ("hidden_size", 256, "int", 128, 512, True),
     ("num_layers", 4, "int", 2, 8, False),
     ("n_head", 1, "int", 1, 2, False),
     ("warmup_ratio", 0.1, "float", 0.0, 0.5, False),
-    ("warmup_steps", 100, "int", 0, 400, False),
-    ("warmup_steps", 0, "int", 0, None, False),
     ("grad_clip", 1.0, "float", 0.1, 10.0, True),
     ("max_grad_norm", 0.0, "float", 0.0, 10.0, False),
     ("eps", 1e-8, "float", 1e-9, 1e-7, True),
@@ -272,7 +272,7 @@ BOUNDS: list[tuple[str, Any, str, Any, Any, bool]] = [
     ("kl_weight", 0.5, "float", 0.05, 5.0, True),
     ("something", 2.5, "float", 0.25, 25.0, True),
     ("something", -2.0, "float", -20.0, -0.2, False),
-    ("something", 0.0, "float", 0.0, None, False),
+    ("mixup_prob", 1.0, "float", 0.0, 1.0, False),  # a probability stays in 0..1
     ("count", 7, "int", 3, 14, False),
     ("flag", True, "bool", None, None, False),
 ]
@@ -308,7 +308,7 @@ def test_flag_option_ranges_narrow_bounds(make_layout: Callable[[str], Path]) ->
     root = make_layout("click")
     init_project(root)
     got = by_name(report_for(root).suggestions)
-    assert (got["batch_size"].min_value, got["batch_size"].max_value) == (16, 48)
+    assert got["batch_size"].choices == [16, 24, 32, 48]  # even, within IntRange(1, 48)
     assert "option range max 48" in got["batch_size"].reason
     assert (got["weight_decay"].min_value, got["weight_decay"].max_value) == (0.0, 0.1)
     root = make_layout("typer")
@@ -534,3 +534,53 @@ def test_discover_tunables_without_apply_writes_nothing(tmp_path: Path) -> None:
     assert snapshot(root) == before
     applied = discover_tunables(root, apply=True, limit=2)
     assert applied.applied and applied.written == ["lr", "weight_decay"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("something", 0.0, "no known range (default 0.0)"),
+        ("warmup_steps", 0, "no known range (default 0)"),
+        ("sample_only", False, "is a mode switch"),
+        ("eval_only", False, "is a mode switch"),
+        ("init_from", "scratch", "names where training starts"),
+        ("resume_from", "last.ckpt", "names where training starts"),
+        ("mode", "train", "is a mode switch"),
+        ("train", True, "whether a stage runs at all"),
+        ("input_size", 784, "fixed by the data's shape"),
+        ("num_classes", 10, "fixed by the data's shape"),
+        ("_partial_", True, "framework directive"),
+        ("min_epochs", 1, "a training budget"),
+        ("accel", True, "hardware placement"),
+        ("kd_temperature", 1.0, "knowledge distillation"),
+    ],
+)
+def test_mode_switches_shapes_and_unbounded_numbers_are_left_out(
+    tmp_path: Path, key: str, value: Any, why: str
+) -> None:
+    write(tmp_path / "train.py", "")
+    write(tmp_path / "base.yaml", f"block:\n  {key}: {str(value).lower()}\n")
+    project_yaml(tmp_path, "launch:\n  command: [python, train.py]\n  baseline_config: base.yaml\n")
+    report = report_for(tmp_path)
+    assert report.suggestions == []
+    assert [e.key for e in report.excluded] == [f"block.{key}"]
+    assert why in report.excluded[0].reason
+
+
+def test_mode_valued_choices_are_left_out(tmp_path: Path) -> None:
+    write(
+        tmp_path / "train.py",
+        """
+        import argparse
+        p = argparse.ArgumentParser()
+        p.add_argument("--stage", choices=["train", "eval", "predict"], default="train")
+        p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+        p.parse_args()
+        """,
+    )
+    project_yaml(tmp_path, "launch:\n  command: [python, train.py]\n")
+    report = report_for(tmp_path)
+    assert [s.name for s in report.suggestions] == ["optimizer"]
+    assert [(e.key, e.reason) for e in report.excluded] == [
+        ("--stage", "'stage' is a mode switch (values eval, predict, train)")
+    ]

@@ -211,7 +211,7 @@ def test_the_write_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
 def test_a_bad_value_writes_nothing(tmp_path: Path) -> None:
     spec = project(tmp_path)
     rnd = round_of(spec)
-    with pytest.raises(InvalidParams, match=r"param 'epochs': 2\.5 is not an integer"):
+    with pytest.raises(InvalidParams, match=r"param 'epochs': must be an integer, got 2\.5"):
         write_round_config(spec, rnd, {"epochs": 2.5})
     with pytest.raises(InvalidParams, match="unknown param 'lrr'"):
         write_round_config(spec, rnd, {"lrr": 0.1})

@@ -136,7 +136,7 @@ def test_default_system_prompt_says_the_essentials() -> None:
 def test_search_space_table_shows_type_bounds_log_choices_baseline_description() -> None:
     user = user_of(build_messages(PARTS, history(), TUNABLES, baseline_params=BASELINE))
     assert "| name | type | allowed values | log scale | baseline | description |" in user
-    assert "| lr | float | [1e-05, 1.0] | yes | 0.001 | learning rate |" in user
+    assert "| lr | float | [1e-5, 1.0] | yes | 0.001 | learning rate |" in user
     assert "| batch_size | int | [8, 256] | no | 32 | - |" in user
     assert '| optimizer | choice | one of "adam", "sgd", "adamw" | no | "adam" | - |' in user
     assert "| use_amp | bool | true or false | no | false | - |" in user
@@ -151,10 +151,13 @@ def test_history_marks_baseline_and_best_and_names_failures() -> None:
     assert "- round 4: a bit more | expected: val_loss decreases by 5% | outcome:" in user
     assert "prediction failed" in user
     rejected = user.split("## Rejected changes (do not repeat)")[1].split("## ")[0]
-    assert "- round 3: lr 0.001 -> 0.1: failed: out of memory" in rejected
-    assert "- round 5: lr 0.001 -> 0.5: failed: nan/divergence" in rejected
+    # each change is shown once: the table has it, the lists refer to the rounds
+    assert "- round 3: failed: out of memory" in rejected
+    assert "- round 5: failed: nan/divergence" in rejected
+    assert "lr 0.001 -> 0.1" not in rejected
     tried = user.split("## Tried changes")[1].split("## ")[0]
-    assert tried.count("- round ") == 6
+    assert "Every round of the table above (rounds 1, 2, 3, 4, 5, 6)" in tried
+    assert "->" not in tried
 
 
 def test_only_the_last_failed_rounds_tail_is_shown() -> None:
@@ -237,7 +240,7 @@ def test_total_limit_cuts_the_least_essential_sections_first() -> None:
     )
     assert len(user) <= limits.total_chars
     assert "C" * 500 in user, "constraints are kept whole"
-    assert "## Your answer" in user and user.rstrip().endswith("params may be {}).")
+    assert "## Your answer" in user and user.rstrip().endswith('"params": {}, a "stop_reason".')
     assert re.search(r"J+\n\[\.\.\. truncated \d+ chars\]", user)
     for heading in HEADINGS:
         assert heading in user

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from trainee.research.state import (
+    RECENT_ROUNDS,
     ResearchState,
     RoundSummary,
     failure_kind,
@@ -248,6 +249,16 @@ def test_out_of_order_rounds_are_slotted_in_by_index() -> None:
     assert state.baseline is not None and state.baseline.index == 1
     assert judged.verdict == "baseline"
     assert state.best is not None and state.best.index == 2
+
+
+def test_recent_rounds_are_the_last_ones_with_their_verdicts() -> None:
+    n = RECENT_ROUNDS + 3
+    state, judged = run("min", [changed(i, 1.0 / i) for i in range(1, n)] + [changed(n, None)])
+    recent = state.recent_rounds
+    assert [r.round for r in recent] == list(range(n - RECENT_ROUNDS + 1, n + 1))
+    last = recent[-1]
+    assert (last.status, last.metric, last.verdict) == ("completed", None, "rejected")
+    assert recent[0].diff == judged[n - RECENT_ROUNDS].diff and recent[0].verdict == "kept"
 
 
 def test_new_state_rejects_a_bad_goal() -> None:

@@ -13,7 +13,9 @@ from trainee.research.decision import (
     params_diff,
     repair_message,
     validate_plan,
+    validate_plans,
 )
+from trainee.spec.constraints import parse_constraint
 
 from .helpers import BASELINE, TUNABLES, tunable
 
@@ -72,7 +74,7 @@ def test_valid_plans_have_no_problems(params: dict[str, Any]) -> None:
         ({"batch_size": 4}, "params.batch_size", "4 is below the minimum 8"),
         ({"batch_size": 512}, "params.batch_size", "512 is above the maximum 256"),
         ({"lr": 2.0}, "params.lr", "above the maximum 1.0"),
-        ({"lr": 1e-6}, "params.lr", "below the minimum 1e-05"),
+        ({"lr": 1e-6}, "params.lr", "below the minimum 1e-5"),
         ({"dropout": -0.1}, "params.dropout", "below the minimum 0.0"),
         ({"use_amp": 1}, "params.use_amp", "must be true or false, got 1"),
         ({"use_amp": "true"}, "params.use_amp", "must be true or false"),
@@ -224,3 +226,55 @@ def test_repair_message_lists_every_problem_and_the_rules() -> None:
     assert "stop_reason" in text
     assert text.rstrip().endswith("Reply with the corrected JSON object only.")
     assert repair_message(problems) == text
+
+
+def test_a_plan_breaking_a_constraint_names_it_and_the_values() -> None:
+    constraints = (
+        parse_constraint("batch_size * 4 <= 512"),
+        parse_constraint("optimizer != 'sgd' or lr <= 0.1"),
+    )
+    p = plan({"batch_size": 256, "optimizer": "sgd", "lr": 0.5})
+    problems = validate_plan(
+        p, TUNABLES, baseline=BASELINE, tried=[], rejected=[], constraints=constraints
+    )
+    assert problems == [
+        Problem(
+            "constraints[0]",
+            "`batch_size * 4 <= 512` does not hold for batch_size=256; "
+            "choose values that satisfy it",
+        ),
+        Problem(
+            "constraints[1]",
+            "`optimizer != 'sgd' or lr <= 0.1` does not hold for optimizer=\"sgd\", lr=0.5; "
+            "choose values that satisfy it",
+        ),
+    ]
+    # the baseline values count: a plan changing only lr is checked with optimizer=adam
+    ok = plan({"lr": 0.5})
+    assert (
+        validate_plan(
+            ok, TUNABLES, baseline=BASELINE, tried=[], rejected=[], constraints=constraints
+        )
+        == []
+    )
+    # a value outside its bounds is reported alone; constraints are checked on valid values
+    bad = plan({"batch_size": 1000})
+    assert [
+        p.field
+        for p in validate_plan(
+            bad, TUNABLES, baseline=BASELINE, tried=[], rejected=[], constraints=constraints
+        )
+    ] == ["params.batch_size"]
+
+
+def test_batch_plans_are_checked_against_the_constraints_each() -> None:
+    constraints = (parse_constraint("batch_size <= 128"),)
+    checked = validate_plans(
+        [plan({"batch_size": 64}), plan({"batch_size": 200}), plan({"batch_size": 64})],
+        TUNABLES,
+        baseline=BASELINE,
+        tried=[],
+        rejected=[],
+        constraints=constraints,
+    )
+    assert [[p.field for p in ps] for ps in checked] == [[], ["constraints[0]"], ["params"]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from trainee.spec import (
     ArgStyle,
     ParamSpec,
     ParamType,
+    format_float,
     render_arg,
     render_override_value,
     render_param,
@@ -33,9 +35,10 @@ RENDER = [
     (ParamType.FLOAT, 0.001, ["--p", "0.001"], ["--p=0.001"], ["opt.p=0.001"]),
     (ParamType.FLOAT, 1.0, ["--p", "1.0"], ["--p=1.0"], ["opt.p=1.0"]),
     (ParamType.FLOAT, 1, ["--p", "1.0"], ["--p=1.0"], ["opt.p=1.0"]),
-    (ParamType.FLOAT, 1e-5, ["--p", "1e-05"], ["--p=1e-05"], ["opt.p=1e-05"]),
+    # one float spelling everywhere: no leading zero or "+" in an exponent (JSON grammars)
+    (ParamType.FLOAT, 1e-5, ["--p", "1e-5"], ["--p=1e-5"], ["opt.p=1e-5"]),
     (ParamType.FLOAT, -2.5, ["--p", "-2.5"], ["--p=-2.5"], ["opt.p=-2.5"]),
-    (ParamType.FLOAT, 1e20, ["--p", "1e+20"], ["--p=1e+20"], ["opt.p=1e+20"]),
+    (ParamType.FLOAT, 1e20, ["--p", "1e20"], ["--p=1e20"], ["opt.p=1e20"]),
     (ParamType.INT, 32, ["--p", "32"], ["--p=32"], ["opt.p=32"]),
     (ParamType.INT, 64.0, ["--p", "64"], ["--p=64"], ["opt.p=64"]),
     (ParamType.BOOL, True, ["--p"], ["--p=True"], ["opt.p=true"]),
@@ -127,7 +130,10 @@ def test_floats_read_back_as_the_same_float(value: float) -> None:
 @settings(database=None)
 def test_ints_render_as_ints(value: int) -> None:
     assert int(render_value(value, "int")) == value
-    assert render_value(value, "float") == repr(float(value))
+    assert float(render_value(value, "float")) == float(value)
+    assert re.fullmatch(
+        r"-?\d+\.\d+(e-?[1-9]\d*)?|-?\d+(\.\d+)?e[1-9]\d*", render_value(value, "float")
+    )
 
 
 @given(st.text(min_size=1, max_size=20))
@@ -148,3 +154,15 @@ def test_hydra_strings_are_quoted_unless_plain(value: str) -> None:
             i += 1
     else:
         assert text == value
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(1e-05, "1e-5"), (1.5e-07, "1.5e-7"), (1e20, "1e20"), (-2.5e-300, "-2.5e-300"), (0.1, "0.1")],
+)
+def test_the_one_float_spelling_has_no_leading_zero_in_the_exponent(
+    value: float, text: str
+) -> None:
+    """llama.cpp's JSON grammar forbids ``1e-05``: a model made to copy it writes ``1e-0``."""
+    assert format_float(value) == text
+    assert float(text) == value

@@ -92,7 +92,7 @@ CASES: list[Bad] = [
     ),
     Bad(
         "missing-launch",
-        "launch",
+        "launch.command",
         "missing required field",
         "version: 1\n",
         line=1,
@@ -190,7 +190,8 @@ CASES: list[Bad] = [
     Bad(
         "metric-source-enum",
         "metrics.specs[0].source",
-        "expected one of: stdout_regex, log_regex, log_file_regex, jsonl, wandb_summary",
+        "expected one of: stdout_regex, log_regex, log_file_regex, jsonl, wandb_summary, "
+        "tensorboard, csv",
         MIN + "metrics:\n  specs:\n    - name: acc\n      source: stdout  #<\n"
         "      key_or_pattern: 'acc=(\\d+)'\n",
     ),
@@ -390,10 +391,72 @@ CASES: list[Bad] = [
         MIN + "advanced:\n  shell_command: 'bash run.sh {config_path}'  #<\n",
     ),
     Bad(
-        "shell-command-unknown-placeholder",
-        "advanced.shell_command",
-        "unknown placeholder {extra}",
-        MIN + "advanced:\n  shell_command: 'bash run.sh {extra}'  #<\n",
+        "command-needed-without-shell-command",
+        "launch.command",
+        "may be left out only when advanced.shell_command is set",
+        "version: 1\nlaunch:  #<\n  environment: uv\nadvanced:\n  working_dir: .\n",
+    ),
+    Bad(
+        "env-trainee-name",
+        "launch.env.TRAINEE_ROUND_DIR",
+        "the TRAINEE_* variables are set by trainee for each round",
+        MIN + "  env:\n    TRAINEE_ROUND_DIR: /tmp/x  #<\n",
+    ),
+    Bad(
+        "env-bad-name",
+        "launch.env.2FAST",
+        "'2FAST' is not an environment variable name",
+        MIN + "  env:\n    2FAST: 1  #<\n",
+    ),
+    Bad(
+        "extra-args-in-an-arg",
+        "run.fixed_args[0].value",
+        "{extra_args} is filled in only in advanced.shell_command",
+        MIN + "run:\n  fixed_args:\n    - flag: --x\n      value: '{extra_args}'  #<\n",
+    ),
+    Bad(
+        "output-flag-also-a-fixed-arg",
+        "output.flag",
+        "'-o' is also set by run.fixed_args[0]; give the outputs folder in one place",
+        MIN + "run:\n  fixed_args:\n    - flag: -o\n      value: out\noutput:\n  flag: -o  #<\n",
+    ),
+    Bad(
+        "output-flag-is-a-tunable",
+        "params[0].flag",
+        "param 'out': '--out' is already set by output.flag",
+        MIN + "output:\n  flag: --out\n",
+        tuning="params:\n  - name: out\n    flag: --out  #<\n    type: choice\n"
+        "    choices: [a, b]\n",
+        file=T,
+    ),
+    Bad(
+        "config-flag-with-hydra",
+        "launch.config_flag",
+        "not used with config_style hydra",
+        WITH_BASE + "  config_style: hydra\n  config_flag: --cfg  #<\n",
+    ),
+    Bad(
+        "config-flag-without-baseline",
+        "launch.config_flag",
+        "passes launch.baseline_config, which is not set",
+        MIN + "  config_flag: --cfg  #<\n",
+    ),
+    Bad(
+        "hydra-flag-tunable",
+        "params[0].flag",
+        "with launch.config_style hydra the tunables are overrides",
+        MIN + "  config_style: hydra\n",
+        tuning="params:\n  - name: lr\n    flag: --lr  #<\n    type: float\n",
+        file=T,
+    ),
+    Bad(
+        "hydra-run-dir-tunable",
+        "params[0].override",
+        "'hydra.run.dir' is already set by config_style hydra",
+        MIN + "  config_style: hydra\n",
+        tuning="params:\n  - name: d\n    override: hydra.run.dir  #<\n    type: choice\n"
+        "    choices: [a, b]\n",
+        file=T,
     ),
     # -- tuning.yaml ------------------------------------------------------------------------
     Bad(

@@ -26,7 +26,9 @@ def _root(value: str | None) -> str | None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Replace this process by the daemon (the CLI itself never imports it)."""
-    argv = [sys.executable, "-m", "trainee.daemon", "--host", args.host, "--port", str(args.port)]
+    argv = [sys.executable, "-m", "trainee.daemon", "--host", args.host]
+    if args.port is not None:
+        argv += ["--port", str(args.port)]
     root = _root(args.project_root)
     if root:
         argv.append(root)
@@ -70,7 +72,7 @@ def _not_running(args: argparse.Namespace) -> int:
         print_json({"running": False, "socket": str(sock)})
     else:
         sys.stdout.write(f"daemon: not running (socket {sock})\n")
-    return 69
+    return errors.EXIT_STATUS[errors.DaemonNotRunning]
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
@@ -139,23 +141,39 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+RECENT_SESSIONS = 5
+"""``trainee status`` inside a project lists its latest sessions, this many."""
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    try:
-        hello = _hello(autostart=False)
-    except errors.DaemonNotRunning:
-        return _not_running(args)
-    sessions = daemon_client.call("sessions_list", {}, autostart=False)["sessions"]
+    """The daemon (started when none answers: it re-adopts and resumes sessions), the
+    sessions running anywhere, and the current folder's project's latest sessions."""
+    from trainee.cli.commands.session import current_project, render_sessions
+
+    hello = _hello(autostart=True)
+    running = daemon_client.call("sessions_list", {})["sessions"]
+    root = current_project(None)
+    recent: list[dict[str, Any]] = []
+    if root:
+        recent = daemon_client.call(
+            "sessions_list", {"project_root": root, "limit": RECENT_SESSIONS}
+        )["sessions"]
     if args.json:
-        print_json({"running": True, **hello, "sessions": sessions})
+        extra = {"project_root": root, "recent": recent} if root else {}
+        print_json({"running": True, **hello, "sessions": running, **extra})
         return 0
     _show_hello(args, hello)
-    if not sessions:
+    if running:
+        render_sessions("running sessions", running, with_project=True)
+    else:
         sys.stdout.write("sessions: none running\n")
-    for rec in sessions:
-        sys.stdout.write(
-            f"{rec['id']}  {rec['status']}  {rec['project_root']}  policy {rec['policy']}, "
-            f"max {rec['max_rounds']} rounds, best round {rec.get('best_round') or '-'}\n"
-        )
+    if root:
+        sys.stdout.write("\n")
+        if recent:
+            render_sessions(f"latest sessions of {root}", recent)
+            sys.stdout.write("all of them: trainee sessions\n")
+        else:
+            sys.stdout.write(f"no session in {root} yet\n")
     return 0
 
 
@@ -169,7 +187,10 @@ def cmd_webui(args: argparse.Namespace) -> int:
     import webbrowser
     from urllib.parse import quote, urlsplit
 
-    default_port = 8000  # the parser's default: any other value was asked for
+    asked = args.port
+    if asked is None:
+        port, from_env = paths.http_port()
+        asked = port if from_env else None
     root = _root(args.project_root)
     notes: list[str] = []
     try:
@@ -177,8 +198,8 @@ def cmd_webui(args: argparse.Namespace) -> int:
         started = False
     except errors.DaemonNotRunning:
         extra = ["--host", args.host]
-        if args.port != default_port:
-            extra += ["--port", str(args.port)]
+        if asked is not None:
+            extra += ["--port", str(asked)]
         if args.reload:
             extra.append("--reload")
         if root:
@@ -191,13 +212,10 @@ def cmd_webui(args: argparse.Namespace) -> int:
         raise errors.InvalidState("the daemon serves no HTTP address", {"hello": hello})
     where = urlsplit(http_url)
     if started:
-        if args.port not in (default_port, 0) and where.port != args.port:
-            notes.append(f"port {args.port} was taken: the dashboard is on port {where.port}")
+        if asked not in (None, 0) and where.port != asked:
+            notes.append(f"port {asked} was taken: the dashboard is on port {where.port}")
     else:
-        if args.host not in ("127.0.0.1", where.hostname) or args.port not in (
-            default_port,
-            where.port,
-        ):
+        if args.host not in ("127.0.0.1", where.hostname) or asked not in (None, 0, where.port):
             notes.append(
                 f"a daemon is already running (pid {hello['pid']}) at {http_url}; "
                 "--host/--port/--reload apply only when the daemon starts "

@@ -11,7 +11,13 @@ import time
 from trainee import errors
 from trainee.cli import daemon_client
 from trainee.cli.commands.project import project_root
-from trainee.cli.output import print_json
+from trainee.cli.output import (
+    fmt_best_vs_baseline,
+    fmt_duration,
+    fmt_when,
+    print_json,
+    render_table,
+)
 
 TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
 if TYPE_CHECKING:
@@ -32,6 +38,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print_json(result)
             return 0
         out = sys.stdout
+        out.write(
+            f"# the next session would be {result['session']}; its round {result['round']} "
+            "(the baseline) would run:\n"
+        )
         out.write(f"# baseline command ({result['security_mode']} mode), run in {result['cwd']}:\n")
         out.write(result["command"] + "\n")
         if result["config_path"]:
@@ -49,18 +59,38 @@ def cmd_run(args: argparse.Namespace) -> int:
             params[key] = value
     result = _start_session(params, root)
     if result is None:
-        return EXIT_INTERRUPTED
+        return errors.EXIT_INTERRUPTED
+    session = str(result["session"])
     if args.detach:
-        print_json(result) if args.json else sys.stdout.write(f"{result['session']}\n")
+        if args.json:
+            print_json(result)
+            return 0
+        sys.stdout.write(f"{session}\n")  # alone on stdout: `id=$(trainee run --detach)`
+        where = _where(root)
+        sys.stderr.write(
+            f"{session} runs in the background (policy {result['policy']}, up to "
+            f"{result['max_rounds']} rounds)\n"
+            f"  watch it:    trainee attach {session}{where}\n"
+            f"  follow logs: trainee logs -f {session}{where}\n"
+            f"  stop it:     trainee stop {session}{where}\n"
+        )
         return 0
     from trainee.cli.live import watch_session
 
     return watch_session(
-        str(result["session"]), root, json_mode=args.json, since=int(result.get("cursor", 0))
+        session,
+        root,
+        json_mode=args.json,
+        since=int(result.get("cursor", 0)),
+        full_output=args.full_output,
     )
 
 
-EXIT_INTERRUPTED = 130
+def _where(root: str) -> str:
+    """`` --project-root ROOT`` unless ROOT is the current folder's project."""
+    import shlex
+
+    return "" if current_project(None) == root else f" --project-root {shlex.quote(root)}"
 
 
 def _start_session(params: dict[str, Any], root: str) -> dict[str, Any] | None:
@@ -120,11 +150,15 @@ def _session_params(args: argparse.Namespace, session: str | None) -> dict[str, 
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    result = daemon_client.call("loop_stop", _session_params(args, args.session))
+    """Stop the named (or running) session; nothing running is success, said so."""
+    result = daemon_client.call("loop_stop", _session_params(args, args.session), timeout=None)
     if args.json:
         print_json(result)
         return 0
-    rec = result["session"]
+    if not result["stopped"]:
+        sys.stdout.write(f"{result['message']}\n")
+        return 0
+    rec = result["state"]["session"]
     sys.stdout.write(f"{rec['id']}: {rec['status']} ({rec.get('stop_reason')})\n")
     return 0
 
@@ -143,49 +177,160 @@ def cmd_attach(args: argparse.Namespace) -> int:
         return 0
     current = state.get("current_round")
     if current and not args.json:
-        sys.stdout.write(f"{rec['id']}: round {current['index']} is {current['status']}\n")
-    return watch_session(rec["id"], rec["project_root"], json_mode=args.json, since=None)
+        sys.stdout.write(
+            f"{rec['id']}: round {current['index']} is {current['status']} "
+            "(Ctrl-C detaches; the session goes on)\n"
+        )
+    return watch_session(
+        rec["id"],
+        rec["project_root"],
+        json_mode=args.json,
+        since=None,
+        attach=True,
+        full_output=args.full_output,
+    )
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    """A round's log as it is; with ``-f``, every round from that one on, each under a
+    header, until the session ends (said in a last header)."""
     params = _session_params(args, args.session)
     client = daemon_client.ensure_daemon()
-    with client:
-        state = client.call("loop_get", params)
-        root = state["session"]["project_root"]
-        rounds = [r["index"] for r in state["rounds"]]
-        if not rounds:
+    try:
+        with client:
+            return _logs(client, args, params)
+    except KeyboardInterrupt:
+        if args.follow:
+            sys.stdout.write("\n")
             return 0
-        round_index = args.round or rounds[-1]
-        if round_index not in rounds:
-            from trainee import errors
+        raise
 
-            raise errors.NotFound(
-                f"{args.session} has no round {round_index} (rounds: {rounds[0]}..{rounds[-1]})",
-                {"round": round_index},
-            )
-        tail = {"session": args.session, "project_root": root, "round": round_index, "offset": 0}
-        while True:
-            result = client.call("logs_tail", tail)
-            sys.stdout.write(result["data"])
-            sys.stdout.flush()
-            tail["offset"] = result["next_offset"]
-            if result["overflow"]:
-                continue
-            if not args.follow:
-                return 0
-            state = client.call("loop_get", {"session": args.session, "project_root": root})
-            later = [r["index"] for r in state["rounds"] if r["index"] > tail["round"]]
-            if later:  # the round ended and the next began: follow it
-                tail.update(round=later[0], offset=0)
-                sys.stdout.write(f"\n==> round {later[0]} <==\n")
-                continue
-            if not state["running"]:
-                return 0
-            try:
-                time.sleep(FOLLOW_INTERVAL)
-            except KeyboardInterrupt:
-                return 0
+
+def _logs(client: Any, args: argparse.Namespace, params: dict[str, Any]) -> int:
+    out = sys.stdout
+    state = client.call("loop_get", params)
+    sid, root = state["session"]["id"], state["session"]["project_root"]
+    get = {"session": sid, "project_root": root}
+    rounds = [r["index"] for r in state["rounds"]]
+    if (
+        args.round is not None
+        and args.round not in rounds
+        and not (args.follow and state["running"])
+    ):
+        shown = f"rounds: {rounds[0]}..{rounds[-1]}" if rounds else "no round yet"
+        raise errors.NotFound(f"{sid} has no round {args.round} ({shown})", {"round": args.round})
+    if not args.follow:
+        if not rounds:
+            sys.stderr.write(f"{sid} has no round yet\n")
+            return 0
+        _copy_log(client, sid, root, args.round or rounds[-1], out)
+        return 0
+    current = args.round or (rounds[-1] if rounds else 1)
+    while current not in rounds:  # a session that has only just started
+        if not state["running"]:
+            _end_header(out, state, newline=False)
+            return 0
+        time.sleep(FOLLOW_INTERVAL)
+        state = client.call("loop_get", get)
+        rounds = [r["index"] for r in state["rounds"]]
+    out.write(f"==> round {current} <==\n")
+    tail = {"session": sid, "project_root": root, "round": current, "offset": 0}
+    at_line_start = True
+    while True:
+        at_line_start = _drain(client, tail, out, at_line_start)
+        out.flush()
+        state = client.call("loop_get", get)
+        later = [r["index"] for r in state["rounds"] if r["index"] > tail["round"]]
+        if later:  # the round ended and the next began: the rest of this one, then that one
+            at_line_start = _drain(client, tail, out, at_line_start)
+            tail.update(round=later[0], offset=0)
+            out.write(("" if at_line_start else "\n") + f"\n==> round {later[0]} <==\n")
+            at_line_start = True
+            continue
+        if not state["running"]:  # what the round wrote as the session ended, then the end
+            at_line_start = _drain(client, tail, out, at_line_start)
+            _end_header(out, state, newline=not at_line_start)
+            return 0
+        time.sleep(FOLLOW_INTERVAL)
+
+
+def _drain(client: Any, tail: dict[str, Any], out: Any, at_line_start: bool) -> bool:
+    """Write what is left of ``tail``'s round; whether the output now ends a line."""
+    while True:
+        result = client.call("logs_tail", tail)
+        tail["offset"] = result["next_offset"]
+        if result["data"]:
+            out.write(result["data"])
+            at_line_start = result["data"].endswith("\n")
+        if not result["overflow"]:
+            return at_line_start
+
+
+def _copy_log(client: Any, sid: str, root: str, round_index: int, out: Any) -> None:
+    tail = {"session": sid, "project_root": root, "round": round_index, "offset": 0}
+    while True:
+        result = client.call("logs_tail", tail)
+        out.write(result["data"])
+        tail["offset"] = result["next_offset"]
+        if not result["overflow"]:
+            return
+
+
+def _end_header(out: Any, state: dict[str, Any], *, newline: bool) -> None:
+    rec = state["session"]
+    end = f"{rec['id']} {rec['status']}" + (
+        f" ({rec['stop_reason']})" if rec.get("stop_reason") else ""
+    )
+    if rec.get("best_round"):
+        end += f"; best round {rec['best_round']}"
+    out.write(("\n" if newline else "") + f"\n==> {end} <==\n")
+    out.flush()
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    root = project_root(args.project_root)
+    params: dict[str, Any] = {"project_root": root}
+    if args.limit is not None:
+        params["limit"] = args.limit
+    sessions = daemon_client.call("sessions_list", params)["sessions"]
+    if args.json:
+        print_json({"project_root": root, "sessions": sessions})
+        return 0
+    if not sessions:
+        sys.stdout.write(f"no session in {root} yet (start one: trainee run)\n")
+        return 0
+    render_sessions(f"sessions of {root}", sessions)
+    return 0
+
+
+def render_sessions(
+    title: str, sessions: list[dict[str, Any]], *, with_project: bool = False
+) -> None:
+    """``sessions_list`` entries as one table (oldest first)."""
+    metrics = {s.get("metric") for s in sessions if s.get("metric")}
+    metric = metrics.pop() if len(metrics) == 1 else "metric"
+    rows = []
+    for s in sessions:
+        same = s.get("best_round") is not None and s.get("best_round") == s.get("baseline_round")
+        best = fmt_best_vs_baseline(s.get("best_metric"), s.get("baseline_metric"), same_round=same)
+        if len(metrics) > 1 and s.get("metric"):
+            best = f"{s['metric']} {best}"
+        rows.append(
+            [
+                s["id"],
+                s["status"],
+                s.get("stop_reason") or "",
+                f"{s['rounds']}/{s['max_rounds']}",
+                best,
+                s["policy"],
+                fmt_when(s.get("started_at")),
+                fmt_duration(s.get("duration_sec")),
+                *([s["project_root"]] if with_project else []),
+            ]
+        )
+    columns = ["session", "status", "stop reason", "rounds", f"best vs baseline ({metric})"]
+    columns += ["policy", "started", "duration", *(["project"] if with_project else [])]
+    render_table(title, columns, rows)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -195,8 +340,6 @@ def cmd_report(args: argparse.Namespace) -> int:
             with open(args.output, "w") as fh:
                 fh.write(str(result.get("markdown", "")))
         except OSError as exc:
-            from trainee import errors
-
             raise errors.InvalidParams(
                 f"--output {args.output}: cannot write it: {exc.strerror}",
                 {"field": "--output", "reason": exc.strerror},

@@ -106,16 +106,31 @@ def read_input(value: str | None) -> Any:
 
 def cmd_call(args: argparse.Namespace) -> int:
     params = read_input(args.input)
-    if not isinstance(params, dict | list):
+    if not isinstance(params, dict):
         raise errors.InvalidParams(
-            "--input must be a JSON object (or array) of the tool's params",
-            {"field": "--input", "reason": "not an object"},
+            f"--input must be a JSON object of {args.tool}'s params, "
+            f"like '{{\"name\": value}}', not {_json_kind(params)}",
+            {
+                "field": "--input",
+                "reason": "not an object",
+                "hint": f"trainee tools --name {args.tool}",
+            },
         )
-    if isinstance(params, dict) and "project_root" not in params:
+    if "project_root" not in params:
         _default_project(args.tool, params)
-    result = daemon_client.call(args.tool, params)  # type: ignore[arg-type]
+    result = daemon_client.call(args.tool, params)
     print_json(result)
     return 0
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return "a number"
 
 
 def _default_project(tool: str, params: dict[str, Any]) -> None:

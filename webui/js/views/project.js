@@ -133,6 +133,7 @@ class ProjectEditor {
           this.select("Environment", "launch.environment", ["system", "uv", "venv", "conda"]),
           this.text("Environment name (conda/venv)", "launch.env_name"),
           this.text("Baseline config (path in the project)", "launch.baseline_config"),
+          this.select("Config style (hydra: a @hydra.main app)", "launch.config_style", ["flag", "hydra"]),
           this.select("Argument style", "launch.arg_style", ["space", "equals"]),
         ),
         section(
@@ -147,6 +148,7 @@ class ProjectEditor {
           h("h4", {}, "Fixed arguments (same in every round)"),
           this.rows("run.fixed_args", p.run.fixed_args, [["flag", "Flag"], ["value", "Value", "scalar"]], { flag: "--", value: null }),
           this.text("Round config path (output.config_path)", "output.config_path"),
+          this.text("Outputs folder flag (output.flag, e.g. -o)", "output.flag"),
         ),
         section(
           "Metrics",

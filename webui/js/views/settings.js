@@ -55,12 +55,20 @@ async function renderProvider(box, ctx) {
   const timeout = h("input", { type: "number", min: "1", step: "any", name: "llm_timeout_sec", value: view.llm_timeout_sec });
   const temperature = h("input", { type: "number", min: "0", max: "2", step: "0.05", name: "llm_temperature", value: view.llm_temperature });
   const debug = h("input", { type: "checkbox", checked: view.debug });
+  const makeActive = h("input", { type: "checkbox", name: "make_active", checked: true });
+  const failover = h("input", {
+    type: "text",
+    name: "failover",
+    value: (view.failover || []).join(", "),
+    placeholder: "e.g. openai_compatible, anthropic",
+  });
   const out = h("div.form-out");
   select.addEventListener("change", () => {
     const p = view.providers[select.value] || {};
     model.value = p.model || "";
     baseUrl.value = p.base_url || "";
     key.placeholder = p.api_key_set ? `set (${p.api_key}) — leave empty to keep` : "not set";
+    makeActive.checked = select.value === active;
   });
   debug.addEventListener("change", async () => {
     try {
@@ -76,8 +84,19 @@ async function renderProvider(box, ctx) {
     {
       onsubmit: async (e) => {
         e.preventDefault();
-        const update = { provider: select.value, model: model.value.trim(), base_url: baseUrl.value.trim() };
-        if (key.value) update.api_key = key.value;
+        // "make it the active provider" unticked: save this provider as a backup
+        // (failover) without switching the active one
+        const fields = { model: model.value.trim(), base_url: baseUrl.value.trim() };
+        if (key.value) fields.api_key = key.value;
+        const update = makeActive.checked
+          ? { provider: select.value, ...fields }
+          : select.value === "none"
+            ? {}
+            : { providers: { [select.value]: fields } };
+        update.failover = failover.value
+          .split(",")
+          .map((s) => s.trim())
+          .filter(Boolean);
         if (timeout.value) update.llm_timeout_sec = Number(timeout.value);
         if (temperature.value) update.llm_temperature = Number(temperature.value);
         try {
@@ -90,7 +109,8 @@ async function renderProvider(box, ctx) {
         }
       },
     },
-    h("div.grid2", {}, field("Provider", select), field("Model", model), field("Base URL", baseUrl), field("API key", key), field("Timeout (s)", timeout), field("Temperature", temperature)),
+    h("div.grid2", {}, field("Provider", select), field("Model", model), field("Base URL", baseUrl), field("API key", key), field("Timeout (s)", timeout), field("Temperature", temperature), field("Failover order", failover)),
+    h("label.check", {}, makeActive, " Make it the active provider (unticked: save it as a backup for failover)"),
     h("label.check", {}, debug, " Debug recording (keep full prompts and raw responses)"),
     h("div.row", {}, h("button.btn.primary", { type: "submit" }, "Save provider settings")),
     out,
@@ -134,7 +154,14 @@ function renderTest(box, auto) {
       replace(
         out,
         r.ok
-          ? h("div.ok-box", {}, badge("completed", "ok"), ` ${r.provider} · ${r.model} answered in ${fmtNum(r.latency_sec, 3)} s`, r.reply ? h("div.muted.small", {}, `reply: ${r.reply}`) : null)
+          ? h(
+              "div.ok-box",
+              {},
+              badge("completed", "ok"),
+              ` ${r.provider} · ${r.model} answered a structured request (${r.response_format}) in ${fmtNum(r.latency_sec, 3)} s`,
+              r.refused_formats && r.refused_formats.length ? h("div.muted.small", {}, `refused: ${r.refused_formats.join(", ")}`) : null,
+              r.reply ? h("div.muted.small", {}, `reply: ${r.reply}`) : null,
+            )
           : h("div.error-box", {}, badge("failed", "failed"), ` ${r.provider}${r.model ? ` · ${r.model}` : ""}: ${r.error}`),
       );
     } catch (err) {
@@ -144,7 +171,7 @@ function renderTest(box, auto) {
     }
   };
   const button = h("button.btn", { type: "button", onclick: run }, "Run live test");
-  replace(box, h("h2", {}, "Live test"), h("p.muted", {}, "One short request to the active provider."), button, out);
+  replace(box, h("h2", {}, "Live test"), h("p.muted", {}, "One short structured request to the active provider, negotiated as a decision's is."), button, out);
   if (auto) run();
 }
 

@@ -1,0 +1,20 @@
+# a tiny character-level run that finishes in a second on a CPU
+out_dir = "out-tiny"
+eval_interval = 10
+eval_iters = 4
+log_interval = 5
+dataset = "tiny"
+batch_size = 8
+block_size = 16
+n_layer = 1
+n_head = 4
+n_embd = 32
+dropout = 0.0
+learning_rate = 1.0
+max_iters = 30
+lr_decay_iters = 30
+min_lr = 0.1
+warmup_iters = 5
+device = "cpu"
+dtype = "float32"
+compile = False

@@ -1,0 +1,134 @@
+"""Where an entrypoint writes: its output-folder option, read from option names and
+help texts, so that ``output.flag`` can send every guarded round's writes into the
+round's outputs folder.
+
+One source of truth for ``trainee init`` (what it writes to ``output.flag`` and to
+``run.fixed_args``) and ``trainee doctor`` (its ``output`` row).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import msgspec
+
+from trainee.discovery.options import EntryOption, normalize_name
+
+__all__ = ["OutputOption", "is_output_key", "output_options"]
+
+_PRIMARY = re.compile(
+    r"^(?:o|out|outdir|out_dir|output|outputs|output_dir|output_directory|output_path|"
+    r"output_folder|output_root|out_path|out_root|save|save_dir|savedir|save_path|save_folder|"
+    r"save_root|work_dir|workdir|working_dir|work_directory|exp_dir|experiment_dir|expdir|"
+    r"run_dir|rundir|results_dir|result_dir|results|default_root_dir|root_dir|model_dir|"
+    r"output_model_dir|dir)$"
+)
+_SECONDARY = re.compile(
+    r"^(?:checkpoint_dir|checkpoints_dir|ckpt_dir|ckpts_dir|checkpoint_folder|log_dir|logdir|"
+    r"logs_dir|logging_dir|log_path|log_folder|tensorboard_dir|tb_dir|tb_log_dir|sample_dir|"
+    r"samples_dir|figure_dir|plot_dir|wandb_dir|cache_dir_out)$"
+)
+_NOT_OUTPUT = re.compile(
+    r"(?:^|_)(?:resume|load|init|pretrained|from|input|in|data|dataset|config|cfg|vocab|"
+    r"tokenizer|cache|src|source|eval|test|val)(?:_|$)"
+)
+_FILE = re.compile(
+    r"\.(?:pt|pth|bin|ckpt|safetensors|json|jsonl|pkl|pickle|h5|hdf5|npz|npy|onnx|txt|csv|"
+    r"log|yaml|yml|tar|zip|model|keras|joblib)$",
+    re.I,
+)
+_HELP_WRITE = re.compile(
+    r"\b(?:output|outputs|save|saved|saving|write|written|store|checkpoints?)\b", re.I
+)
+_HELP_PLACE = re.compile(r"\b(?:dir|directory|folder|path|location|root)\b", re.I)
+_HELP_READ = re.compile(r"\b(?:load|resume|read|input|from which|pretrained)\b", re.I)
+
+
+class OutputOption(msgspec.Struct, kw_only=True):
+    """An option that names a place the run writes to. ``primary``: the output
+    folder itself (goes to ``output.flag``); otherwise a log or checkpoint folder
+    (given a sub-folder of the round's outputs in ``run.fixed_args``)."""
+
+    flag: str
+    name: str
+    default: object = None
+    primary: bool
+    reason: str
+    is_file: bool = False
+    """The default names a file (``--save model.pt``): the round gets a file in its
+    outputs folder, never the folder itself."""
+
+
+def is_output_key(name: str) -> bool:
+    """A name that reads as a folder the run writes to (``out_dir``, ``log_dir``)."""
+    leaf = normalize_name(name).rsplit(".", 1)[-1]
+    return bool(_PRIMARY.match(leaf) or _SECONDARY.match(leaf))
+
+
+def _kind(o: EntryOption) -> tuple[int, bool, str] | None:
+    """(score, primary, why) when ``o`` names a place the run writes to."""
+    if o.type not in ("str", "path", None) or o.nargs not in (None, "?"):
+        return None
+    if o.action in ("store_true", "store_false", "count", "toggle", "BooleanOptionalAction"):
+        return None
+    leaf = normalize_name(o.dest).rsplit(".", 1)[-1]
+    short = [f for f in o.flags if re.fullmatch(r"-[A-Za-z]", f)]
+    if _PRIMARY.match(leaf):
+        score = 100 if leaf != "dir" else 60
+        why = f"option {o.flag} names the output folder"
+        if "-o" in short:
+            score += 10
+        return score, True, why
+    if _SECONDARY.match(leaf):
+        return 70, False, f"option {o.flag} names a folder the run writes to"
+    if _NOT_OUTPUT.search(leaf):
+        return None
+    text = o.help or ""
+    if _HELP_WRITE.search(text) and _HELP_PLACE.search(text) and not _HELP_READ.search(text):
+        return 80, True, f"option {o.flag}: {' '.join(text.split())[:80]!r}"
+    if "-o" in short and o.type in ("str", "path", None):
+        return 75, True, f"option {o.flag} (-o) takes an output path"
+    return None
+
+
+def output_options(options: Iterable[EntryOption]) -> list[OutputOption]:
+    """The options naming a place the run writes to, the output folder first.
+
+    At most one is ``primary``: the best-named one (``-o``/``--out_dir``/
+    ``--output_dir``/``--work_dir``, or one whose help says it saves outputs in a
+    folder); the others are log / checkpoint folders."""
+    found: list[tuple[int, OutputOption]] = []
+    for o in options:
+        kind = _kind(o)
+        if kind is None:
+            continue
+        score, primary, why = kind
+        is_file = isinstance(o.default, str) and bool(_FILE.search(o.default))
+        if is_file:
+            primary, score = False, score - 50
+            why = f"option {o.flag} names an output file ({o.default})"
+        found.append(
+            (
+                score,
+                OutputOption(
+                    flag=o.flag,
+                    name=o.dest,
+                    default=o.default,
+                    primary=primary,
+                    reason=why,
+                    is_file=is_file,
+                ),
+            )
+        )
+    found.sort(key=lambda x: -x[0])
+    out: list[OutputOption] = []
+    have_primary = False
+    for _, item in found:
+        if item.primary and have_primary:
+            item.primary = False
+        have_primary = have_primary or item.primary
+        out.append(item)
+    if not have_primary and out and not out[0].is_file:
+        out[0].primary = True
+    return out

@@ -1,0 +1,312 @@
+"""What a project's rounds really run with: an entrypoint read together with its
+command and the constant arguments of project.yaml.
+
+``trainee init`` uses it to write ``run.fixed_args`` and ``output.flag``; ``trainee
+doctor`` uses the same functions for its ``entrypoint``, ``output`` and ``limits``
+rows, so both always agree.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from trainee.discovery.hydra import HydraConfig, compose_hydra, leaves
+from trainee.discovery.limits import Budget, analyse_budget, is_limit_key, is_tied_key
+from trainee.discovery.options import EntryOption, normalize_name
+from trainee.discovery.outputs import OutputOption, is_output_key, output_options
+from trainee.discovery.scan import Entrypoint, command_settings, script_index
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from trainee.spec import ArgSpec, ProjectFileSpec
+
+__all__ = [
+    "PLACEHOLDER_SCRIPT",
+    "RunView",
+    "check_entrypoint",
+    "check_limits",
+    "check_output",
+    "command_target",
+    "entry_words",
+    "project_view",
+    "run_view",
+]
+
+
+PLACEHOLDER_SCRIPT = "YOUR_TRAINING_SCRIPT.py"
+"""What launch.command runs when init found no entrypoint: one obvious word to replace
+(doctor's entrypoint row fails until it names a real script)."""
+
+
+class RunView(msgspec.Struct, kw_only=True):
+    """An entrypoint as one command runs it.
+
+    ``options`` are the entrypoint's options (for a Hydra app: the leaves of the
+    composed config, as ``key`` overrides); ``settings`` maps an option's dest / flag
+    to ``(value, where)`` for every value the run sets; ``hydra`` is the composed
+    config of a Hydra app."""
+
+    entrypoint: Entrypoint
+    options: list[EntryOption]
+    settings: dict[str, tuple[Any, str]]
+    budget: Budget
+    outputs: list[OutputOption]
+    hydra: HydraConfig | None = None
+    hydra_chdir: bool = False
+
+
+def _value_type(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str) or value is None:
+        return "str"
+    return None
+
+
+def _hydra_options(cfg: HydraConfig) -> list[EntryOption]:
+    out: list[EntryOption] = []
+    for key, value in leaves(cfg.data):
+        if key.startswith("hydra.") or isinstance(value, list | dict):
+            continue
+        kind = _value_type(value)
+        if kind is None:
+            continue
+        if not (is_limit_key(key) or is_tied_key(key) or is_output_key(key)):
+            continue
+        if isinstance(value, str) and "${" in value:
+            continue  # an interpolation: follows another key
+        out.append(
+            EntryOption(
+                flag=key,
+                dest=key,
+                flags=[key],
+                type=kind,
+                default=value,
+                help=f"from {cfg.sources.get(key, cfg.primary)}",
+            )
+        )
+    return out
+
+
+def run_view(
+    root: Path | str,
+    ep: Entrypoint,
+    command: Sequence[str],
+    args: Sequence[ArgSpec] = (),
+    *,
+    extra_overrides: Sequence[str] = (),
+) -> RunView:
+    """``ep`` as ``command`` plus the constant ``args`` (launch.args, run.fixed_args,
+    data flags) run it."""
+    root_path = Path(root).resolve()
+    settings: dict[str, tuple[Any, str]] = {}
+    for key, text in command_settings(ep, command).items():
+        settings[key] = (text, "launch.command")
+    overrides = [w for w in entry_words(ep, command) if "=" in w and not w.startswith("-")]
+    for arg in args:
+        value: Any = "true" if arg.value is None else arg.value
+        shown = value if not isinstance(value, bool) else ("true" if value else "false")
+        if arg.flag.startswith("-"):
+            settings[arg.flag] = (shown, "project.yaml")
+            settings[normalize_name(arg.flag)] = (shown, "project.yaml")
+        else:
+            key = arg.flag.lstrip("+~")
+            settings[key] = (shown, "project.yaml")
+            overrides.append(f"{arg.flag}={shown}" if arg.value is not None else arg.flag)
+    hydra: HydraConfig | None = None
+    chdir = False
+    if ep.hydra_config_name is not None or ep.hydra_config_path is not None:
+        hydra = compose_hydra(root_path, ep, [*overrides, *extra_overrides])
+    if hydra is not None:
+        options = _hydra_options(hydra)
+        chdir = hydra.get("hydra.job.chdir") is True
+        for key, where in hydra.sources.items():
+            if where == "<override>" and key not in settings:
+                settings[key] = (hydra.get(key), "override")
+    else:
+        options = list(ep.options)
+    budget = analyse_budget(options, settings)
+    outputs = output_options(options)
+    return RunView(
+        entrypoint=ep,
+        options=options,
+        settings=settings,
+        budget=budget,
+        outputs=outputs,
+        hydra=hydra,
+        hydra_chdir=chdir,
+    )
+
+
+def command_target(
+    root: Path | str, command: Sequence[str], working_dir: str = "."
+) -> tuple[str, str | None, bool | None]:
+    """(kind, target, exists) of what a command runs: ``("script", "train.py", True)``,
+    ``("module", "pkg.train", False)``, ``("module", "pip", None)`` for a module that is
+    not in the project (it may be installed), or ``("other", None, None)`` when it names
+    no Python script or module (a console script: the launcher check covers it)."""
+    root_path = Path(root).resolve()
+    words = list(command)
+    base = root_path / working_dir
+    for i, word in enumerate(words):
+        if word == "-m" and i + 1 < len(words):
+            module = words[i + 1]
+            if module.startswith(("torch.distributed", "accelerate")):
+                continue
+            parts = module.split(".")
+            for prefix in (base, base / "src", root_path, root_path / "src"):
+                stem = prefix.joinpath(*parts)
+                if (stem.with_suffix(".py")).is_file() or (stem / "__main__.py").is_file():
+                    return "module", module, True
+                if (stem / "__init__.py").is_file():
+                    return "module", module, False
+            return "module", module, None
+        if word.endswith(".py") and not word.startswith("-"):
+            path = Path(os.path.normpath(base / word))
+            return "script", word, path.is_file()
+    return "other", None, None
+
+
+def entry_words(ep: Entrypoint, command: Sequence[str]) -> list[str]:
+    """The words after the entrypoint in a command."""
+    index = script_index(ep, command)
+    return list(command[index + 1 :]) if index is not None else []
+
+
+# -- readiness checks (trainee doctor's entrypoint, output and limits rows) ----------------------
+
+Verdict = tuple[Literal["pass", "warn", "fail"], str, str]
+"""(status ``pass``/``warn``/``fail``, detail, fix)."""
+
+
+def _words_of(project: ProjectFileSpec) -> list[str]:
+    import shlex
+
+    shell = project.advanced.shell_command
+    if shell:
+        try:
+            return shlex.split(shell)
+        except ValueError:
+            return shell.split()
+    return list(project.launch.command or ())
+
+
+def project_view(root: Path | str, project: ProjectFileSpec) -> RunView | None:
+    """The run view of a project's entrypoint with every constant argument, or None
+    when its command runs no script or module of the project."""
+    from trainee.discovery.scan import discover, entrypoint_for_command
+
+    words = _words_of(project)
+    discovery = discover(root)
+    ep = entrypoint_for_command(root, discovery, words, project.advanced.working_dir)
+    if ep is None:
+        return None
+    return run_view(root, ep, words, [*project.launch.args, *project.run.fixed_args])
+
+
+def check_entrypoint(root: Path | str, project: ProjectFileSpec) -> Verdict:
+    """Does the command's script or module exist?"""
+    words = _words_of(project)
+    kind, target, exists = command_target(root, words, project.advanced.working_dir)
+    fix = "set launch.command to the training command, or run trainee init --force --command '...'"
+    if target == PLACEHOLDER_SCRIPT:
+        return "fail", "launch.command still runs the placeholder " + PLACEHOLDER_SCRIPT, fix
+    if exists is False:
+        where = project.advanced.working_dir
+        what = "script" if kind == "script" else "module (no .py file or __main__.py)"
+        return "fail", f"{target}: no such {what} in {where!r} of the project", fix
+    if exists is None and kind == "module":
+        return "warn", f"module {target} is not in the project; it must be installed", ""
+    if exists is None:
+        return "pass", f"{words[0] if words else '?'} runs no Python file of the project", ""
+    return "pass", f"{kind} {target} exists", ""
+
+
+def check_output(root: Path | str, project: ProjectFileSpec, mode: str) -> Verdict:
+    """Would a guarded round write into the read-only project, with nothing redirecting it?"""
+    if project.output.flag:
+        return "pass", f"{project.output.flag} receives each round's outputs folder", ""
+    if project.output.config_path:
+        return "pass", f"output.{project.output.config_path} is set per round", ""
+    if mode != "guarded":
+        return "pass", "unsafe mode: the job may write anywhere it can", ""
+    view = project_view(root, project)
+    if view is None:
+        return "pass", "no entrypoint of the project is known: output not checked", ""
+    ep = view.entrypoint
+    if project.launch.config_style == "hydra":
+        return "pass", "Hydra's run folder (hydra.run.dir) is each round's outputs folder", ""
+    if view.hydra is not None or ep.framework == "hydra":
+        if "hydra.run.dir" in view.settings:
+            return "pass", "hydra.run.dir is set by the project's arguments", ""
+        return (
+            "fail",
+            f"{ep.path} is a Hydra app: it writes its run folder under outputs/ in the "
+            "read-only project (and a folder under /tmp vanishes with the sandbox)",
+            "set output.flag: hydra.run.dir (or launch.config_style: hydra) in project.yaml",
+        )
+    for o in view.outputs:
+        given = view.settings.get(o.flag) or view.settings.get(o.name)
+        value = given[0] if given else o.default
+        if not isinstance(value, str) or not value or "{outputs_dir}" in value:
+            continue
+        if "{round_dir}" in value or "{trainee_dir}" in value or "{session_dir}" in value:
+            continue
+        where = f" ({given[1]})" if given else " (its default)"
+        name = os.path.basename(value) if o.is_file else o.name
+        fix = (
+            f"set output.flag: {o.flag} in project.yaml"
+            if o.primary
+            else f"add to run.fixed_args: flag {o.flag}, value '{{outputs_dir}}/{name}'"
+        )
+        return (
+            "fail",
+            f"{ep.path} writes to {value!r} through {o.flag}{where}: inside the project, "
+            "which guarded rounds cannot write",
+            fix,
+        )
+    return "pass", "no output option writes into the project", ""
+
+
+def check_limits(root: Path | str, project: ProjectFileSpec) -> Verdict:
+    """Is the training budget of a round bounded and reasonable?"""
+    from trainee.discovery.limits import tied_mismatches
+
+    view = project_view(root, project)
+    if view is None:
+        return "pass", "no entrypoint of the project is known: limits not checked", ""
+    budget = view.budget
+    if not budget.limits:
+        return (
+            "warn",
+            f"no training-limit option found in {view.entrypoint.path}: a round ends when "
+            "the script does, or at run.timeout_minutes",
+            "",
+        )
+    problems = budget.problems
+    if problems or not budget.bounded:
+        first = budget.primary if not budget.bounded else problems[0]
+        assert first is not None
+        detail = "; ".join(p.problem or "" for p in problems) or (
+            f"{first.flag} is {first.value}: no limit"
+        )
+        return (
+            "fail",
+            detail,
+            f"set run.fixed_args {first.flag} to a finite value in project.yaml (a short "
+            "budget: every round trains as long)",
+        )
+    mismatch = tied_mismatches(budget)
+    shown = ", ".join(f"{x.flag} = {x.value}" for x in budget.limits if x.value is not None)
+    if mismatch:
+        return "warn", "; ".join(mismatch), "set the tied schedule lengths with the limit"
+    return "pass", f"bounded: {shown}", ""
