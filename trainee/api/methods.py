@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 
 import trainee
 from trainee.api.context import CallContext
@@ -20,6 +21,7 @@ from trainee.spec import wire as w
 registry = Registry()
 
 _watch_ids = itertools.count(1)
+MAX_NOTE_BYTES = 64 * 1024
 
 
 # -- daemon --------------------------------------------------------------------
@@ -157,8 +159,14 @@ async def events_publish(ctx: CallContext, params: w.EventsPublishParams) -> w.E
 
     For outside tools that want their remarks beside a session's events, e.g.
     "restarted the GPU node". Only ``note`` kinds: the daemon's own events
-    cannot be forged.
+    cannot be forged. ``data`` may hold at most 64 KiB of JSON.
     """
+    size = len(msgspec.json.encode(params.data))
+    if size > MAX_NOTE_BYTES:
+        raise InvalidParams(
+            f"events_publish: data is {size} bytes of JSON, at most {MAX_NOTE_BYTES}",
+            {"field": "data", "reason": "too large", "limit": MAX_NOTE_BYTES},
+        )
     return ctx.services.bus.publish(params.kind, params.data, session=params.session)
 
 
