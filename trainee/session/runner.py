@@ -73,6 +73,10 @@ BASELINE_TAIL_LINES = 20
 """A round whose monitor keeps dying is run at most this many times, then marked failed."""
 
 
+MAX_UNSAVED_EVENTS = 100_000
+"""Events held for the store while it does not answer, at most."""
+
+
 @dataclass
 class SessionControl:
     """What the outside can do to a running session."""
@@ -146,8 +150,16 @@ class SessionRunner:
             batch, self._unsaved = self._unsaved, []
             try:
                 await self.store.append_events(batch)
-            except TraineeError:
-                log.exception("%s: %d events could not be stored", self.record.id, len(batch))
+            except TraineeError as exc:
+                # kept for the next flush (a store locked for a while loses nothing), but
+                # never more than MAX_UNSAVED_EVENTS: the oldest go first
+                self._unsaved = (batch + self._unsaved)[-MAX_UNSAVED_EVENTS:]
+                log.warning(
+                    "%s: %d events not stored yet, trying again: %s",
+                    self.record.id,
+                    len(batch),
+                    exc.message,
+                )
 
     async def _flush_events_forever(self) -> None:
         while True:
