@@ -235,7 +235,10 @@ def error_status(exc: TraineeError) -> int:
     if isinstance(exc, InvalidParams | ParseError):
         return 400
     if isinstance(exc, LimitExceeded):
-        return 413 if (exc.data or {}).get("what") in ("request bytes", "reply bytes") else 503
+        what = (exc.data or {}).get("what")
+        if what in ("request bytes", "reply bytes"):
+            return 413
+        return 408 if what == "body time" else 503
     if isinstance(exc, Forbidden):
         return 403
     return 422
