@@ -16,6 +16,7 @@ import os
 import socket
 import statistics
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -430,6 +431,116 @@ def big_frames(
     for thread in threads:
         thread.join(120)
     return {"senders": senders, "frame_bytes": frame_bytes, "errors": errors}
+
+
+# -- hostile projects (sessions whose metric config or files are the attack) -----------------
+
+PROJECT = """\
+version: 1
+launch:
+  command: [python, train.py]
+run:
+  max_rounds: 1
+  timeout_minutes: 5
+metrics:
+  specs:
+{specs}
+advanced:
+  security_mode: unsafe
+  stop_grace_sec: 2
+{advanced}
+"""
+TUNING = """\
+version: 1
+params:
+  - name: lr
+    flag: --lr
+    type: float
+    default: 0.1
+    min_value: 0.001
+    max_value: 1.0
+"""
+
+
+def metric_project(root: Path, train: str, specs: str, advanced: str = "") -> Path:
+    (root / ".trainee").mkdir(parents=True)
+    (root / "train.py").write_text(train)
+    (root / ".trainee" / "project.yaml").write_text(PROJECT.format(specs=specs, advanced=advanced))
+    (root / ".trainee" / "tuning.yaml").write_text(TUNING)
+    return root
+
+
+SLOW = r"(?=(?:[^\n]*\n){0,500}zzz)(?P<value>\d)"
+SPAM = """\
+import sys
+for i in range(60_000):
+    print(f"{i % 10} ok={i}")
+print("final val_loss=0.5", flush=True)
+"""
+
+
+GIANT_LINE = """\
+import json, os
+path = os.path.join(os.environ["TRAINEE_ROUND_DIR"], "outputs", "metrics.jsonl")
+os.makedirs(os.path.dirname(path), exist_ok=True)
+with open(path, "wb") as fh:
+    fh.write(json.dumps({"val_loss": 0.25}).encode() + b"\\n")
+    fh.truncate(fh.tell() + (1 << 30))  # one line of a gigabyte (sparse)
+    fh.seek(0, os.SEEK_END)
+    fh.write(b"\\n")
+print("done", flush=True)
+"""
+
+
+FIFO_AND_LINK = """\
+import json, os
+out = os.path.join(os.environ["TRAINEE_ROUND_DIR"], "outputs")
+os.makedirs(out, exist_ok=True)
+os.mkfifo(os.path.join(out, "train.log"))  # a log path nobody writes: a blocking open hangs
+os.symlink({secret!r}, os.path.join(out, "metrics.jsonl"))
+print("final val_loss=0.5", flush=True)
+"""
+
+
+BACKTRACKING_SPECS = (
+    "    - name: val_loss\n      source: stdout_regex\n"
+    "      key_or_pattern: 'final val_loss=(?P<value>[0-9.]+)'\n"
+    f"    - name: slow\n      source: stdout_regex\n      key_or_pattern: '{SLOW}'\n"
+)
+GIANT_SPECS = (
+    "    - name: val_loss\n      source: jsonl\n      key_or_pattern: val_loss\n"
+    "      path: '{outputs_dir}/metrics.jsonl'\n"
+)
+
+
+def run_session(target: Target, project: Path, *, timeout: float = 300) -> dict[str, Any]:
+    """Start a session (random policy, the caller's PATH) and wait for its end; its state."""
+    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    params = {"project_root": str(project), "env": env, "cwd": str(project), "policy": "random"}
+    started = rpc(target.socket, "loop_start", params, timeout=timeout)
+    assert "result" in started, started
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = rpc(target.socket, "loop_get", {"project_root": str(project)})
+        state: dict[str, Any] = reply["result"]
+        if state["session"]["status"] != "running" and not state["running"]:
+            return state
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"session of {project} still running after {timeout} s")
+        time.sleep(0.1)
+
+
+def backtracking_session(target: Target, root: Path) -> dict[str, Any]:
+    """A session whose metric pattern backtracks on every line of a chatty job."""
+    state = run_session(target, metric_project(root / "slow", SPAM, BACKTRACKING_SPECS))
+    warnings = " ".join(" ".join(r.get("warnings") or []) for r in state["rounds"])
+    return {"status": state["rounds"][0]["status"], "disabled": "disabled" in warnings}
+
+
+def giant_line_session(target: Target, root: Path) -> dict[str, Any]:
+    """A session whose job writes a JSONL metrics file with a line of a gigabyte."""
+    state = run_session(target, metric_project(root / "giant", GIANT_LINE, GIANT_SPECS))
+    return {"status": state["rounds"][0]["status"], "finals": state["rounds"][0]["finals"]}
 
 
 ATTACKS: dict[str, Callable[[Target], dict[str, Any]]] = {

@@ -12,44 +12,21 @@ import pytest
 
 from tests.conftest import run_cli, scaled
 from tests.faults.helpers import Node, node
-from tests.security.attacks import Probe, Target, status_kib
+from tests.security.attacks import (
+    BACKTRACKING_SPECS,
+    FIFO_AND_LINK,
+    GIANT_LINE,
+    GIANT_SPECS,
+    SLOW,
+    SPAM,
+    Probe,
+    Target,
+    metric_project,
+    status_kib,
+)
 from tests.security.daemon_harness import P99_BOUND_MS
 
 pytestmark = pytest.mark.e2e
-
-PROJECT = """\
-version: 1
-launch:
-  command: [python, train.py]
-run:
-  max_rounds: 1
-  timeout_minutes: 5
-metrics:
-  specs:
-{specs}
-advanced:
-  security_mode: unsafe
-  stop_grace_sec: 2
-{advanced}
-"""
-TUNING = """\
-version: 1
-params:
-  - name: lr
-    flag: --lr
-    type: float
-    default: 0.1
-    min_value: 0.001
-    max_value: 1.0
-"""
-
-
-def _project(root: Path, train: str, specs: str, advanced: str = "") -> Path:
-    (root / ".trainee").mkdir(parents=True)
-    (root / "train.py").write_text(train)
-    (root / ".trainee" / "project.yaml").write_text(PROJECT.format(specs=specs, advanced=advanced))
-    (root / ".trainee" / "tuning.yaml").write_text(TUNING)
-    return root
 
 
 def _target(n: Node) -> Target:
@@ -63,24 +40,10 @@ def _warnings(state: dict[str, object]) -> str:
     return " ".join(" ".join(r.get("warnings") or []) for r in rounds)
 
 
-SLOW = r"(?=(?:[^\n]*\n){0,500}zzz)(?P<value>\d)"
-SPAM = """\
-import sys
-for i in range(60_000):
-    print(f"{i % 10} ok={i}")
-print("final val_loss=0.5", flush=True)
-"""
-
-
 def test_a_backtracking_pattern_is_disabled_and_the_daemon_keeps_answering(
     tmp_path: Path,
 ) -> None:
-    specs = (
-        "    - name: val_loss\n      source: stdout_regex\n"
-        "      key_or_pattern: 'final val_loss=(?P<value>[0-9.]+)'\n"
-        f"    - name: slow\n      source: stdout_regex\n      key_or_pattern: '{SLOW}'\n"
-    )
-    project = _project(tmp_path / "slow", SPAM, specs)
+    project = metric_project(tmp_path / "slow", SPAM, BACKTRACKING_SPECS)
     with node() as n, Probe(_target(n)) as probe:
         n.start_session(project)
         state = n.wait_finished(project, timeout=120)
@@ -100,32 +63,15 @@ def test_a_catastrophic_pattern_is_refused_when_the_project_loads(
         "    - name: val_loss\n      source: stdout_regex\n"
         "      key_or_pattern: 'loss=(?P<value>(a+)+)$'\n"
     )
-    project = _project(tmp_path / "bomb", SPAM, specs)
+    project = metric_project(tmp_path / "bomb", SPAM, specs)
     out = run_cli("run", "--dry-run", env=daemon_env, cwd=project)
     assert out.returncode == 3, out.stderr[-2000:]
     assert "metrics.specs[0].key_or_pattern" in out.stderr
     assert "backtracks catastrophically" in out.stderr
 
 
-GIANT_LINE = """\
-import json, os
-path = os.path.join(os.environ["TRAINEE_ROUND_DIR"], "outputs", "metrics.jsonl")
-os.makedirs(os.path.dirname(path), exist_ok=True)
-with open(path, "wb") as fh:
-    fh.write(json.dumps({"val_loss": 0.25}).encode() + b"\\n")
-    fh.truncate(fh.tell() + (1 << 30))  # one line of a gigabyte (sparse)
-    fh.seek(0, os.SEEK_END)
-    fh.write(b"\\n")
-print("done", flush=True)
-"""
-
-
 def test_a_gigabyte_jsonl_line_keeps_the_daemons_memory_bounded(tmp_path: Path) -> None:
-    specs = (
-        "    - name: val_loss\n      source: jsonl\n      key_or_pattern: val_loss\n"
-        "      path: '{outputs_dir}/metrics.jsonl'\n"
-    )
-    project = _project(tmp_path / "giant", GIANT_LINE, specs)
+    project = metric_project(tmp_path / "giant", GIANT_LINE, GIANT_SPECS)
     with node() as n:
         pid = _target(n).pid
         before = status_kib(pid, "VmHWM")
@@ -138,16 +84,6 @@ def test_a_gigabyte_jsonl_line_keeps_the_daemons_memory_bounded(tmp_path: Path) 
     assert "longer than 1048576 bytes" in _warnings(state)
 
 
-FIFO_AND_LINK = """\
-import json, os
-out = os.path.join(os.environ["TRAINEE_ROUND_DIR"], "outputs")
-os.makedirs(out, exist_ok=True)
-os.mkfifo(os.path.join(out, "train.log"))  # a log path nobody writes: a blocking open hangs
-os.symlink({secret!r}, os.path.join(out, "metrics.jsonl"))
-print("final val_loss=0.5", flush=True)
-"""
-
-
 def test_a_fifo_log_and_a_symlinked_metrics_file_are_not_read(tmp_path: Path) -> None:
     secret = tmp_path / "host-secret.jsonl"
     secret.write_text(json.dumps({"leak": 123456.0, "val_loss": 0.001}) + "\n")
@@ -158,7 +94,9 @@ def test_a_fifo_log_and_a_symlinked_metrics_file_are_not_read(tmp_path: Path) ->
         "      path: '{outputs_dir}/metrics.jsonl'\n"
     )
     advanced = "  log_paths: ['{outputs_dir}/train.log']\n"
-    project = _project(tmp_path / "fifo", FIFO_AND_LINK.format(secret=str(secret)), specs, advanced)
+    project = metric_project(
+        tmp_path / "fifo", FIFO_AND_LINK.format(secret=str(secret)), specs, advanced
+    )
     with node() as n, Probe(_target(n)) as probe:
         n.start_session(project)
         state = n.wait_finished(project, timeout=120)
