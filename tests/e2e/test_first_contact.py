@@ -161,7 +161,7 @@ def test_output_flag_failed_baseline_dry_run_numbering_and_doctor(
     default = daemon.cli("doctor", str(root), "--json")  # decision.policy: llm
     assert {c["name"]: c for c in default.json()["checks"]}["provider"]["status"] == "fail"
     bad = daemon.cli("doctor", str(root), "--policy", "tpee")
-    assert bad.returncode == 2 and "unknown decision policy" in bad.stderr
+    assert bad.returncode == 2 and "did you mean 'tpe'" in bad.stderr
 
 
 VALUES = """\

@@ -57,7 +57,8 @@ def test_no_api_key_in_any_file_log_or_answer(daemon: Daemon, tmp_path: Path) ->
         },
     }
     script = [OK, plan({"lr": 0.01}, "bigger step"), quoted]
-    with FakeLLM(script) as fake, FakeLLM([quoted]) as second:
+    # the pre-start test asks every configured provider, the backup too
+    with FakeLLM(script) as fake, FakeLLM([OK, quoted]) as second:
         env = llm_env(
             daemon.env,
             fake,
@@ -84,7 +85,7 @@ def test_no_api_key_in_any_file_log_or_answer(daemon: Daemon, tmp_path: Path) ->
             "provider": call(env, "runtime_provider_get", {}),
         }
     # the keys were really used, and the session ended on the quoted error
-    assert sent == [SECRET, SECRET, SECRET, SECOND_SECRET]
+    assert sent == [SECRET, SECRET, SECRET, SECOND_SECRET, SECOND_SECRET]
     assert state["session"]["stop_reason"] == "provider_failed", state["session"]
     assert "Incorrect API key provided" in state["session"]["error"]
     assert len(state["rounds"]) == 2

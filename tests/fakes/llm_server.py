@@ -76,12 +76,15 @@ def _llama_refusal(kind: str) -> dict[str, Any]:
 
 
 def _llama_cpp_python_500(kind: str) -> dict[str, Any]:
-    """The body llama-cpp-python's OpenAI-compatible server sends (HTTP 500) for a
-    ``response_format`` it cannot turn into a grammar."""
+    """The body llama-cpp-python's OpenAI-compatible server sends, with HTTP 500, for a
+    ``response_format`` other than text / json_object (copied from its 0.3 server)."""
     return {
         "error": {
-            "message": f"Unsupported response_format type: {kind!r} (expected 'json_object' "
-            "with an optional 'schema')",
+            "message": "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
+            "'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\", "
+            f"'input': '{kind}', 'ctx': {{'expected': \"'text' or 'json_object'\"}}}}\n\n"
+            '  File "llama_cpp/server/app.py", line 376, in create_chat_completion\n'
+            "    POST /v1/chat/completions",
             "type": "internal_server_error",
             "param": None,
             "code": None,

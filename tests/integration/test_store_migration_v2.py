@@ -132,7 +132,7 @@ def make_v1(path: Path) -> None:
 
 
 def test_the_v1_script_is_the_first_migration() -> None:
-    assert SCHEMA_VERSION == len(MIGRATIONS) == 2
+    assert SCHEMA_VERSION == len(MIGRATIONS) >= 2
     assert "CREATE TABLE rounds" in MIGRATIONS[0]
     assert "backend" not in MIGRATIONS[0]
 
@@ -156,9 +156,10 @@ def test_a_v1_database_is_migrated_and_its_rounds_read_back_as_local(db_path: Pa
 
     version, rounds = run(main)
 
-    assert version == 2
-    assert user_version(db_path) == 2
-    assert columns(db_path, "rounds")[-3:] == ["backend", "job_id", "batch"]
+    assert version == SCHEMA_VERSION
+    assert user_version(db_path) == SCHEMA_VERSION
+    rounds_columns = columns(db_path, "rounds")
+    assert rounds_columns[rounds_columns.index("backend") :][:3] == ["backend", "job_id", "batch"]
     assert [r.index for r in rounds] == [1, 2]
     for r in rounds:
         assert (r.backend, r.job_id, r.batch) == ("local", None, 0)
@@ -203,7 +204,7 @@ def test_cluster_rounds_round_trip_after_the_migration(db_path: Path) -> None:
 
     async def reopen() -> dict[int, tuple[str, str | None, int]]:
         async with await Store.open(db_path) as store:
-            assert await store.schema_version() == 2
+            assert await store.schema_version() == SCHEMA_VERSION
             return {r.index: (r.backend, r.job_id, r.batch) for r in await store.list_rounds(1)}
 
     assert run(reopen) == {
@@ -275,7 +276,32 @@ def test_the_migration_is_applied_once(db_path: Path) -> None:
     async def open_twice() -> None:
         for _ in range(2):
             async with await Store.open(db_path) as store:
-                assert await store.schema_version() == 2
+                assert await store.schema_version() == SCHEMA_VERSION
 
     run(open_twice)
     assert columns(db_path, "rounds").count("backend") == 1
+
+
+def test_migration_3_keeps_old_decisions_and_sessions_readable(db_path: Path) -> None:
+    """Decisions stored before every request was kept read back with no requests and no
+    format; sessions with no stop detail."""
+    make_v1(db_path)
+    conn = sqlite3.connect(db_path)
+    try:
+        conn.execute(
+            "INSERT INTO decisions (session, round, provider, model, policy, created_at) "
+            "VALUES (1, 2, 'openai', 'gpt-4o-mini', 'llm', 0)"
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+    async def main() -> tuple[Any, Any]:
+        async with await Store.open(db_path) as store:
+            decisions = await store.list_decisions(1)
+            return decisions[-1], await store.get_session(1)
+
+    decision, session = run(main)
+    assert (decision.attempts, decision.response_format, decision.source) == ([], None, "")
+    assert session.stop_detail is None
+    assert {"attempts", "response_format", "source"} <= set(columns(db_path, "decisions"))

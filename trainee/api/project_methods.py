@@ -71,10 +71,10 @@ async def _provider_test(
     the project's policy asks a provider (a failed test then fails the command)."""
     needed = needs_provider(policy)
     base: dict[str, Any] = {"policy": policy, "needed": needed}
-    if skip:
-        return {**base, "skipped": True, "reason": "--skip-provider-test"}
     if not needed:
         return {**base, "skipped": True, "reason": f"policy {policy} needs no provider"}
+    if skip:
+        return {**base, "skipped": True, "reason": "--skip-provider-test"}
     from trainee.llm.client import live_test_all
     from trainee.llm.settings import load_settings
 

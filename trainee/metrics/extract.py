@@ -538,8 +538,11 @@ class Extractor:
         out: list[MetricPoint] = []
         with self._poll_lock:
             for series, reader in self._pollers:
-                records, warnings = reader.poll(final=final)
-                series.file_warnings.extend(warnings)
+                try:
+                    records, warnings = reader.poll(final=final)
+                except Exception as exc:  # a reader's bug must not end the round's supervision
+                    records, warnings = [], [f"reading failed: {type(exc).__name__}: {exc}"]
+                series.file_warnings.extend(w for w in warnings if w not in series.file_warnings)
                 source = str(
                     MetricSource.TENSORBOARD
                     if isinstance(reader, TensorBoardReader)

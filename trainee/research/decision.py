@@ -203,6 +203,9 @@ def plan_json_schema(
         },
         "required": list(PLAN_KEYS),
         "additionalProperties": False,
+        # for servers that generate under a grammar made from the schema (llama.cpp):
+        # these texts may not be empty (trainee.llm.client.grammar_schema)
+        "x-non-empty": ["hypothesis", "change_summary", "expected"],
     }
 
 

@@ -340,6 +340,8 @@ def _goal_contradictions(spec: ProjectSpec) -> str:
 
 
 async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Check:
+    if not needs_provider(policy):  # whether the test is skipped or not
+        return _check("provider", "pass", f"policy {policy} needs no provider")
     if skip:
         return _check(
             "provider",
@@ -347,8 +349,6 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
             "live test skipped (--skip-provider-test)",
             "run trainee doctor without it before trainee run",
         )
-    if not needs_provider(policy):
-        return _check("provider", "pass", f"policy {policy} needs no provider")
     from trainee.llm.client import live_test_all
     from trainee.llm.settings import load_settings
 

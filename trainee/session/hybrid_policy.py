@@ -121,7 +121,9 @@ class HybridPolicy(LlmPolicy):
         try:
             proposal = await super().propose(state, tunables, baseline)
         except InvalidDecision as exc:
-            fallback = _optimizer_fallback(exc, suggestions, tunables, baseline, state)
+            fallback = _optimizer_fallback(
+                exc, suggestions, tunables, baseline, state, self.constraints
+            )
             if fallback is None:
                 raise
             fallback.suggestions = [dict(s.params) for s in suggestions]
@@ -148,6 +150,7 @@ def _optimizer_fallback(
     tunables: Sequence[TunableSpec],
     baseline: Mapping[str, Any],
     state: ResearchState,
+    constraints: Sequence[Constraint] = (),
 ) -> Proposal | None:
     """The hybrid's defined answer to an LLM that could not give a valid plan after the
     repair: the optimizer's first suggestion (S1), checked like any plan, recorded as
@@ -171,6 +174,7 @@ def _optimizer_fallback(
         baseline=dict(baseline),
         tried=[r.params for r in state.rounds],
         rejected=[r["params"] for r in state.rejected],
+        constraints=constraints,
     )
     if problems:
         return None

@@ -11,7 +11,7 @@ against a whitelist before it is ever evaluated, by this module's own small
 interpreter:
 
 - names (tunables; fixed values of the spec, bound with :meth:`Constraint.bind`),
-  numbers, strings, ``True`` / ``False``;
+  numbers, strings, ``True`` / ``False`` (also spelled ``true`` / ``false``);
 - ``+ - * / // % **`` on numbers, unary ``-`` ``+``;
 - comparisons ``== != < <= > >=``, chained (``8 <= batch_size * accum <= 512``);
   ``in`` / ``not in`` over a literal tuple or list (``opt in ("adam", "adamw")``);
@@ -60,6 +60,10 @@ _INT_BITS = 256
 """Integers (literals and results) stay below 2**_INT_BITS in magnitude."""
 
 _FUNCTIONS = ("abs", "min", "max")
+
+_BOOL_NAMES = {"true": True, "false": False}
+"""``true`` / ``false``, the JSON and YAML spelling used everywhere else in trainee, are
+booleans like ``True`` / ``False``."""
 
 Scalar = int | float | bool | str
 
@@ -113,7 +117,12 @@ def parse_constraint(text: str) -> Constraint:
     tree = _tree_or_error(text)
     names: list[str] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not _is_function(node, tree) and node.id not in names:
+        if (
+            isinstance(node, ast.Name)
+            and not _is_function(node, tree)
+            and node.id not in names
+            and node.id not in _BOOL_NAMES
+        ):
             names.append(node.id)
     # ast.walk is breadth-first: list names in the order they are written
     names.sort(key=lambda n: _first_offset(tree, n))
@@ -121,11 +130,14 @@ def parse_constraint(text: str) -> Constraint:
 
 
 def unknown_name_reason(name: str, known: Collection[str]) -> str:
-    """The reason for a name that is neither a tunable nor a fixed value."""
+    """The reason for a name that is neither a tunable (``known``) nor a fixed value."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     hint = f"; did you mean '{close[0]}'?" if close else ""
     listed = ", ".join(sorted(known)) or "none"
-    return f"unknown name '{name}'{hint} (names: the tunables, or fixed values: {listed})"
+    return (
+        f"unknown name '{name}'{hint} (a name is a param of tuning.yaml: {listed}; or a "
+        "fixed value: the flag of a constant argument, a top-level key of the baseline config)"
+    )
 
 
 # -- parsing ---------------------------------------------------------------------------
@@ -314,6 +326,8 @@ def _check_literal_list(node: ast.expr) -> None:
     if len(node.elts) > 64:
         raise _ParseError("a list after `in` holds at most 64 values")
     for elt in node.elts:
+        if isinstance(elt, ast.Name) and elt.id in _BOOL_NAMES:
+            continue
         operand = (
             elt.operand if isinstance(elt, ast.UnaryOp) and isinstance(elt.op, ast.USub) else elt
         )
@@ -361,6 +375,8 @@ def _evaluate(node: ast.expr, scope: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
+        if node.id in _BOOL_NAMES:
+            return _BOOL_NAMES[node.id]
         if node.id not in scope:
             raise _EvalError(f"no value for '{node.id}'")
         value = scope[node.id]
@@ -407,6 +423,8 @@ def _evaluate(node: ast.expr, scope: Mapping[str, Any]) -> Any:
 
 
 def _literal(node: ast.expr) -> Any:
+    if isinstance(node, ast.Name):
+        return _BOOL_NAMES[node.id]
     if isinstance(node, ast.UnaryOp):
         assert isinstance(node.operand, ast.Constant)
         value: Any = node.operand.value  # a number: checked by _check_literal_list

@@ -39,6 +39,8 @@ HOLDS: list[tuple[str, dict[str, Any], bool]] = [
     ("not amp or lr < 0.1", V, True),
     ("amp and bs >= 16", V, True),
     ("amp", V, True),
+    ("amp == true and (amp != false)", V, True),  # the JSON / YAML spelling
+    ("amp in (true,)", V, True),
     ("abs(lr - 0.01) < 1e-9", V, True),
     ("max(bs, accum) == 32 and min(bs, accum, 4) == 4", V, True),
     ("n_embd // n_head == 16 and n_embd / n_head == 16.0", V, True),
@@ -60,8 +62,8 @@ def test_conditions_evaluate(text: str, values: dict[str, Any], expected: bool) 
 
 
 def test_names_in_written_order_and_functions_are_not_names() -> None:
-    c = parse_constraint("max(n_head, bs) * n_embd <= accum + n_head")
-    assert c.names == ("n_head", "bs", "n_embd", "accum")
+    c = parse_constraint("max(n_head, bs) * n_embd <= accum + n_head or amp == true")
+    assert c.names == ("n_head", "bs", "n_embd", "accum", "amp")
 
 
 def test_problem_names_the_constraint_and_its_values() -> None:

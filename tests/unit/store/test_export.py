@@ -227,7 +227,10 @@ def test_report_covers_every_round_and_the_baseline_and_best(layout: SessionLayo
     assert "expected: faster<br>outcome: failed (diverged)" in text
     assert f"![val_loss per round]({CHART_NAME})" in text
     assert "▁" in text and "·" in text  # sparkline with a gap for the failed round
-    assert "| 2 | openai / gpt-4o-mini | yes | yes | 120 | $0.0010 | 1.2 s | lr above max |" in text
+    assert (
+        "| 2 | openai / gpt-4o-mini | — | yes | yes | — | 120 | $0.0010 | 1.2 s | lr above max |"
+        in text
+    )
     assert SECRET not in text
 
 
