@@ -40,6 +40,7 @@ from tests.security.attacks import Probe, Sampler, Target
 FD_LIMIT = int(os.environ.get("BENCH_ABUSE_FD_LIMIT", "256"))
 TCP = int(os.environ.get("BENCH_ABUSE_TCP", "5000"))
 IDLE_SEC = float(os.environ.get("BENCH_ABUSE_IDLE_SEC", "3"))
+MIN_SEC = float(os.environ.get("BENCH_ABUSE_MIN_SEC", "3"))
 
 
 def _raise_own_fd_limit() -> None:
@@ -62,10 +63,15 @@ def _one(name: str, attack: Callable[[Target, Path], dict[str, Any]]) -> dict[st
             time.sleep(IDLE_SEC)
         with Sampler(target.pid) as sampler, Probe(target) as probe:
             started = time.monotonic()
-            try:
-                outcome = attack(target, runtime)
-            except Exception as exc:  # the attack's own failure is a result, not a crash
-                outcome = {"attack failed": repr(exc)[:200]}
+            repeats = 0
+            # a quick attack is repeated for MIN_SEC, so the probe sees enough of it
+            while repeats == 0 or time.monotonic() - started < MIN_SEC:
+                repeats += 1
+                try:
+                    outcome = attack(target, runtime)
+                except Exception as exc:  # the attack's own failure is a result
+                    outcome = {"attack failed": repr(exc)[:200]}
+            outcome["repeats"] = repeats
             took = time.monotonic() - started
         alive = daemon.proc.poll() is None
         if alive:
@@ -102,6 +108,20 @@ def _plain(fn: Callable[..., dict[str, Any]], **kw: Any) -> Callable[[Target, Pa
     return run
 
 
+def _once(fn: Callable[[Target, Path], dict[str, Any]]) -> Callable[[Target, Path], Any]:
+    """A session attack: one project folder per repetition."""
+    count = 0
+
+    def run(target: Target, root: Path) -> dict[str, Any]:
+        nonlocal count
+        count += 1
+        folder = root / f"run-{count}"
+        folder.mkdir()
+        return fn(target, folder)
+
+    return run
+
+
 ATTACKS: list[tuple[str, Callable[[Target, Path], dict[str, Any]]]] = [
     ("20 watchers stop reading, then die", _plain(attacks.stalled_watchers, watchers=20)),
     ("300 idle socket connections", _plain(attacks.socket_flood, connections=300, hold=2)),
@@ -112,10 +132,11 @@ ATTACKS: list[tuple[str, Callable[[Target, Path], dict[str, Any]]]] = [
     ("50 slowloris connections", _plain(attacks.slowloris, connections=50, seconds=12)),
     ("500 requests without a token", _plain(attacks.tokenless_flood, requests=500)),
     ("a batch of 10,000 tools_list", _plain(attacks.batch_bomb, length=10_000)),
+    ("a batch of 256 tools_list (the most)", _plain(attacks.batch_bomb, length=256)),
     ("a batch whose reply passes 16 MiB", _plain(attacks.reply_bomb, length=40)),
     ("8 frames of 15 MiB at once", _plain(attacks.big_frames, senders=8)),
-    ("a backtracking metric pattern", attacks.backtracking_session),
-    ("a 1 GiB JSONL line", attacks.giant_line_session),
+    ("a backtracking metric pattern", _once(attacks.backtracking_session)),
+    ("a 1 GiB JSONL line", _once(attacks.giant_line_session)),
 ]
 
 

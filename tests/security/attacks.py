@@ -408,17 +408,19 @@ def big_frames(
     target: Target, *, senders: int = 8, frame_bytes: int = 15 * 2**20
 ) -> dict[str, Any]:
     """Clients each sending a frame just under the size limit, all at once."""
-    chunk = b'{"jsonrpc":"2.0","method":"daemon_hello","params":{"x":"' + b"z" * 65536
+    head = b'{"jsonrpc":"2.0","method":"events_publish","params":{"data":{"x":"'
+    chunk = b"z" * 65536
     errors: list[str] = []
 
     def send() -> None:
         try:
             with _connect(target.socket, timeout=60) as sock:
-                sent = 0
+                sock.sendall(head)
+                sent = len(head)
                 while sent < frame_bytes:
                     sock.sendall(chunk)
                     sent += len(chunk)
-                sock.sendall(b'"},"id":1}\n')
+                sock.sendall(b'"}},"id":1}\n')
                 reply = json.loads(_read_line(sock, bytearray()))
                 if "error" in reply:
                     errors.append(reply["error"]["message"])
