@@ -166,14 +166,30 @@ class Probe:
                 self.http_ms.append((time.perf_counter() - start) * 1000)
                 self._stop.wait(self.interval)
 
+    def _answers(self) -> tuple[int, int]:
+        return len(self.socket_ms), len(self.http_ms)
+
+    def _wait_for_answers(self, after: tuple[int, int]) -> None:
+        """Until both loops have one more answer than ``after`` (or failed, or timed out)."""
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline and not self.errors:
+            now = self._answers()
+            if now[0] > after[0] and now[1] > after[1]:
+                return
+            if not any(t.is_alive() for t in self._threads):
+                return
+            time.sleep(0.005)
+
     def __enter__(self) -> Probe:
         for loop in (self._socket_loop, self._http_loop):
             thread = threading.Thread(target=loop, daemon=True)
             thread.start()
             self._threads.append(thread)
+        self._wait_for_answers((0, 0))  # both connections answer before the attack starts
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._wait_for_answers(self._answers())  # and both answer again after it
         self._stop.set()
         for thread in self._threads:
             thread.join(self.timeout + 5)

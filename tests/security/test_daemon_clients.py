@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -91,6 +92,25 @@ def test_many_huge_frames_at_once_stay_within_the_memory_allowance(
     assert any("too many large requests at once" in e for e in result["errors"]), result
     assert sampler.peak_rss_kib < 400 * 1024, sampler.peak_rss_kib
     assert_unharmed(daemon, t, probe)
+
+
+def test_one_connection_holds_a_bounded_number_of_watches(target: tuple[Daemon, Target]) -> None:
+    daemon, t = target
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(t.socket))
+        frames = b"".join(
+            b'{"jsonrpc":"2.0","method":"events_watch","id":%d}\n' % i for i in range(40)
+        )
+        sock.sendall(frames)
+        replies, buf = [], b""
+        while len(replies) < 40:
+            buf += sock.recv(65536)
+            *lines, buf = buf.split(b"\n")
+            replies += [json.loads(line) for line in lines if b'"id"' in line]
+    codes = [r.get("error", {}).get("code") for r in replies]
+    assert codes[:32] == [None] * 32 and set(codes[32:]) == {1020}, codes
+    assert "at most 32" in replies[-1]["error"]["message"]
+    assert_unharmed(daemon, t)
 
 
 def test_an_oversized_frame_keeps_the_connection(target: tuple[Daemon, Target]) -> None:

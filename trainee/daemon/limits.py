@@ -20,6 +20,7 @@ and round goes on. Defaults, and the environment variables that change a few:
 | JSON-RPC batch | 256 requests | |
 | reply (one response or a whole batch) | 16 MiB | |
 | a client that reads nothing is dropped after | 30 s | |
+| watches per socket connection | 32 | |
 | events queued for one watcher or SSE stream | 10,000 events / 8 MiB, then a gap | |
 
 The connection budgets never exceed what the file-descriptor limit leaves after
