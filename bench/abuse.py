@@ -134,7 +134,7 @@ ATTACKS: list[tuple[str, Callable[[Target, Path], dict[str, Any]]]] = [
     ("a batch of 10,000 tools_list", _plain(attacks.batch_bomb, length=10_000)),
     ("a batch of 256 tools_list (the most)", _plain(attacks.batch_bomb, length=256)),
     ("a batch whose reply passes 16 MiB", _plain(attacks.reply_bomb, length=40)),
-    ("8 frames of 15 MiB at once", _plain(attacks.big_frames, senders=8)),
+    ("16 frames of 3.5 MiB at once", _plain(attacks.big_frames, senders=16)),
     ("a backtracking metric pattern", _once(attacks.backtracking_session)),
     ("a 1 GiB JSONL line", _once(attacks.giant_line_session)),
 ]

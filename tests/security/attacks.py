@@ -421,7 +421,7 @@ def reply_bomb(target: Target, *, length: int = 40) -> dict[str, Any]:
 
 
 def big_frames(
-    target: Target, *, senders: int = 8, frame_bytes: int = 15 * 2**20
+    target: Target, *, senders: int = 16, frame_bytes: int = int(3.5 * 2**20)
 ) -> dict[str, Any]:
     """Clients each sending a frame just under the size limit, all at once."""
     head = b'{"jsonrpc":"2.0","method":"events_publish","params":{"data":{"x":"'
@@ -569,7 +569,7 @@ ATTACKS: dict[str, Callable[[Target], dict[str, Any]]] = {
     "requests without a token": tokenless_flood,
     "batch of 10,000 tools_list": batch_bomb,
     "batch whose reply passes 16 MiB": reply_bomb,
-    "8 frames of 15 MiB at once": big_frames,
+    "16 frames of 3.5 MiB at once": big_frames,
 }
 
 

@@ -299,7 +299,17 @@ def build_app(
                 {"jsonrpc": "2.0", "error": exc.to_wire(), "id": None}, error_status(exc)
             )
         ctx = CallContext(services=services, transport="http")
-        response = await dispatcher.handle_frame(body, ctx)
+        if not large.charge(0, len(body)):  # handled too: decoding takes a few times its size
+            busy = LimitExceeded(
+                "request dropped: the daemon is receiving too many large requests at once "
+                f"({large.total} bytes in all); send it again later",
+                {"what": "large requests", "limit": large.total},
+            )
+            return json_response({"jsonrpc": "2.0", "error": busy.to_wire(), "id": None}, 503)
+        try:
+            response = await dispatcher.handle_frame(body, ctx)
+        finally:
+            large.release(len(body))
         if response is None:
             return Response(status_code=204)
         return Response(response, media_type="application/json")
