@@ -252,10 +252,17 @@ def grammar_schema(schema: dict[str, Any]) -> dict[str, Any]:
     braces), so the grammar itself cannot produce an empty text or a copied ``<why>`` /
     ``{name}`` slot of the answer example: a small model copies those (SmolLM2-135M did
     in 8 of 10 answers), and under such a grammar it writes its own words instead.
-    ``x-non-empty`` is dropped (strict OpenAI schemas refuse unknown keywords and
-    ``minLength``, so the json_schema level never carries either)."""
+    A bounded number's ``x-grid`` becomes its ``enum``: llama.cpp's grammars do not
+    enforce ``minimum`` / ``maximum`` (a small model wrote weight_decay 4578692 for a
+    maximum of 0.1), but they do enforce a list. ``x-`` hints are dropped (strict OpenAI
+    schemas refuse unknown keywords and ``minLength``, so the json_schema level never
+    carries any of this)."""
     out = dict(schema)
     wanted = out.pop("x-non-empty", None)
+    grid = out.pop("x-grid", None)
+    if isinstance(grid, list) and grid and "enum" not in out:
+        # the grammar enforces a list of values; it cannot enforce minimum / maximum
+        out["enum"] = grid
     props = out.get("properties")
     if isinstance(props, dict):
         props = {k: grammar_schema(v) if isinstance(v, dict) else v for k, v in props.items()}

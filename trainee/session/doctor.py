@@ -15,7 +15,7 @@ import msgspec
 from trainee.discovery import runplan
 from trainee.discovery.metrics import training_metric_advice
 from trainee.errors import ConfigError, InvalidParams, ProviderError, SandboxError, TraineeError
-from trainee.ids import parse_session
+from trainee.ids import parse_round, parse_session
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import command_prefix
@@ -267,7 +267,7 @@ def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
         )
     last = logs[-1]
     shown = f"{last.parent.name}/{last.name}"
-    rnd = layout.session(parse_session(last.parent.name)).round(int(last.stem.split("-")[-1]))
+    rnd = layout.session(parse_session(last.parent.name)).round(parse_round(last.stem))
     extractor = Extractor(
         spec.metrics.specs,
         placeholders=rnd.placeholders(),

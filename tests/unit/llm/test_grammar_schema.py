@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import jsonschema
@@ -44,3 +45,25 @@ def test_the_batch_schema_reaches_the_plans_and_strict_schemas_carry_no_hints() 
     text = repr(strict)
     assert "x-non-empty" not in text and "minLength" not in text and "pattern" not in text
     jsonschema.Draft202012Validator.check_schema(grammar_schema(plan_json_schema(TUNABLES)))
+
+
+def test_bounded_numbers_become_a_list_the_grammar_can_enforce() -> None:
+    """llama.cpp's grammars ignore minimum/maximum (weight_decay 4578692 for a max of 0.1)."""
+    params = grammar_schema(plan_json_schema(TUNABLES))["properties"]["params"]["properties"]
+    lr = params["lr"]["enum"]
+    assert lr[0] == 1e-5 and lr[-1] == 1.0 and 0.001 in lr  # the bounds and the baseline
+    assert all(1e-5 <= v <= 1.0 for v in lr) and lr == sorted(lr)
+    ratios = [b / a for a, b in itertools.pairwise(lr)]
+    assert max(ratios) < 3.0  # log-spaced: no decade skipped
+    assert params["optimizer"]["enum"] == ["adam", "sgd", "adamw"]  # choices untouched
+    assert "enum" not in params["use_amp"]
+    strict = _strict_schema(plan_json_schema(TUNABLES))["properties"]["params"]["properties"]
+    assert "enum" not in strict["lr"] and "x-grid" not in strict["lr"]
+
+
+def test_every_int_of_a_small_range_is_offered() -> None:
+    from tests.unit.research.helpers import tunable
+    from trainee.research.decision import value_grid
+
+    assert value_grid(tunable("layers", "int", baseline=4, lo=1, hi=12)) == list(range(1, 13))
+    assert value_grid(tunable("free", "float", baseline=1.0)) is None
