@@ -78,7 +78,7 @@ demo: $(STAMP) system-deps
 	$(PY) -m trainee.demo
 
 bench: $(STAMP) system-deps
-	@for b in bench/bench_*.py bench/soak.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in bench/bench_*.py bench/soak.py bench/abuse.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 
 bench-decisions: $(STAMP)

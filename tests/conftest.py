@@ -22,6 +22,43 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _timeout_scale() -> float:
+    """The one factor every deadline of the tests is multiplied by.
+
+    ``TRAINEE_TEST_TIMEOUT_SCALE`` sets it; otherwise it grows on a small or loaded
+    machine: max(1, 4 / CPUs, load average / CPUs), at most 8. Deadlines are upper
+    bounds (nothing sleeps for them), so a larger factor costs time only when a test
+    fails: a fault test never depends on the machine being idle.
+    """
+    raw = os.environ.get("TRAINEE_TEST_TIMEOUT_SCALE", "").strip()
+    if raw:
+        return max(1.0, float(raw))
+    cpus = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    return min(8.0, max(1.0, 4 / cpus, load / cpus))
+
+
+TIMEOUT_SCALE = _timeout_scale()
+
+
+def scaled(seconds: float) -> float:
+    """``seconds`` of deadline on this machine (see :func:`_timeout_scale`)."""
+    return seconds * TIMEOUT_SCALE
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-timeout's limit (the ini value or a test's own marker) scaled the same way."""
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        base = float(marker.args[0]) if marker is not None and marker.args else default
+        if base:
+            item.add_marker(pytest.mark.timeout(scaled(base)), append=False)
+
+
 def _short_dir(prefix: str) -> Path:
     # AF_UNIX paths must stay under 108 bytes: pytest's tmp_path is often longer.
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
@@ -85,6 +122,7 @@ class Daemon:
 
     def start(self, *args: str, timeout: float = 30.0) -> str:
         """Start the daemon and wait for its readiness line (no sleeps)."""
+        timeout = scaled(timeout)
         read_fd, write_fd = os.pipe()
         log = open(self.runtime / "daemon.log", "ab")  # noqa: SIM115 - handed to the child
         try:
@@ -130,6 +168,7 @@ class Daemon:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
         if self.proc is None:
             return None
+        timeout = scaled(timeout)
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
@@ -155,7 +194,7 @@ def run_cli(
         input=input,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=scaled(timeout),
         cwd=cwd,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)

@@ -170,8 +170,8 @@ def bounded_lines(fd: int, max_line: int, max_total: int | None = None) -> Itera
 
     A line longer than ``max_line`` bytes is never held: in its place comes its
     length (an ``int``), so the caller can report it. Reading stops after
-    ``max_total`` bytes (the rest of the file is not read; the last, cut line is
-    dropped).
+    ``max_total`` bytes (the rest of the file is not read; a short line cut there is
+    dropped, an over-long one reported).
     """
     held = bytearray()
     skipping = 0
@@ -204,7 +204,9 @@ def bounded_lines(fd: int, max_line: int, max_total: int | None = None) -> Itera
         else:
             held += chunk[start:]
     if max_total is not None and total >= max_total:
-        return  # cut: the last line may be partial
+        if skipping:
+            yield skipping  # an over-long line, cut where reading stopped
+        return  # a short line cut here may be partial: dropped
     if skipping:
         yield skipping
     elif held:

@@ -411,7 +411,7 @@ RPC_CASES: list[RpcCase] = [
 ]
 
 OVERSIZED_FRAME = 17 * 2**20
-"""Bytes of a frame over the 16 MiB limit (sent apart: it is not kept in the table)."""
+"""Bytes of a frame over the request limit (4 MiB; sent apart: it is not kept in the table)."""
 
 
 # -- HTTP requests -----------------------------------------------------------------------
@@ -538,7 +538,7 @@ HTTP_CASES: list[HttpCase] = [
         "/api/tools/loop_get",
         413,
         body=b" " * (17 * 2**20) + b"{}",
-        expect=("request body too large (16777216 bytes max)",),
+        expect=("request body too large (4194304 bytes max)",),
     ),
     HttpCase(
         "tool params wrong type",

@@ -1,6 +1,7 @@
 """Shared pieces of the fault tests: a tiny controllable project, a restartable daemon,
 RPC over the socket in-process (polling through the CLI would cost a Python start per poll),
-and the orphan checks every fault test ends with.
+and the orphan checks every fault test ends with. Every deadline here is nominal seconds
+times conftest's one factor (:func:`tests.conftest.scaled`).
 
 The project's ``train.py`` is stdlib only and reads ``behaviour.json`` from the project
 root at each start (the test rewrites it between rounds; the project stays read-only to
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, _kill_leftover_daemons, base_env
+from tests.conftest import Daemon, _kill_leftover_daemons, base_env, scaled
 from tests.e2e.test_loop import training_processes
 from trainee.rpc.client import RpcClient
 
@@ -82,7 +83,7 @@ if conf.get("fill"):
         print(f"write failed: {exc}", file=sys.stderr, flush=True)
         sys.exit(3)
 step = 0
-hold = os.path.join(root, "hold")
+hold = os.path.join(root, conf.get("hold_file", "hold").format(index=index))
 holding = conf.get("hold_while_file") and os.path.exists(hold)
 deadline = time.monotonic() + conf.get("hold_limit", 60)
 steps = conf.get("steps", 10)
@@ -193,7 +194,7 @@ class Node:
         return self.daemon.log
 
     def rpc(self, method: str, params: dict[str, Any] | None = None, timeout: float = 60) -> Any:
-        with RpcClient(self.daemon.socket, timeout=timeout) as client:
+        with RpcClient(self.daemon.socket, timeout=scaled(timeout)) as client:
             return client.call(method, params or {})
 
     def alive(self) -> bool:
@@ -240,7 +241,7 @@ class Node:
         timeout: float = 60,
         what: str = "the condition",
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while True:
             state = self.state(project, session)
             if done(state):
@@ -294,7 +295,7 @@ def assert_no_orphans(project: Path, timeout: float = 15.0) -> None:
     Processes found after ``timeout`` are killed (so they do not leak into other
     tests) and the test fails naming them.
     """
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     left = training_processes(project) + _by_marker(project)
     while left and time.monotonic() < deadline:
         pause(0.1)

@@ -1,12 +1,13 @@
 """The daemon killed with SIGKILL mid-round ten times in a row, and stopped with SIGTERM.
 
-Two sessions run side by side on one daemon, one guarded (bwrap) and one unsafe. The
-test waits for a round that has not been through a kill yet to be mid-run, SIGKILLs the
-daemon, checks that the round's monitor and job outlived it, and starts a new daemon,
-ten times. Each restarted daemon must re-adopt the live rounds (their command started
-once) and carry both sessions to their end: every round exactly once in the store and
-the ledgers, a round re-run only when the kill hit its launch (then its command started
-exactly twice), no process left.
+Two sessions run side by side on one daemon, one guarded (bwrap) and one unsafe. Every
+round holds after its first steps until the test releases it (a file per round), so
+the test never depends on timing: it waits until both sessions have a fresh round
+holding, SIGKILLs the daemon, checks that both rounds' monitors and jobs outlived it,
+starts a new daemon and only then releases the two rounds; ten times. Each restarted
+daemon must re-adopt the live rounds (their command started once, re-adopted once) and
+carry both sessions to their end: every round exactly once in the store and the ledgers,
+no process left.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ from tests.faults.helpers import (
     assert_no_orphans,
     make_project,
     node,
-    pause,
     shim_processes,
     starts_of,
 )
@@ -35,14 +34,24 @@ from trainee.monitor.process import RoundHandle, is_alive
 pytestmark = pytest.mark.e2e
 
 KILLS = 10
-ROUNDS = 9
-"""Rounds per session: 18 rounds in all; each kill hits at least one round not hit before."""
-BEHAVIOUR = {"steps": 24, "delay": 0.05}
-"""About 1.2 s of progress lines per round."""
+ROUNDS = KILLS
+"""Rounds per session: each kill hits one fresh round of each session."""
+BEHAVIOUR = {
+    "steps": 4,
+    "delay": 0.05,
+    "hold_while_file": True,
+    "hold_file": "hold-{index}",
+    "hold_limit": 600,
+}
+"""A few progress lines, then the round holds while ``hold-<round>`` exists."""
 
 
 def _mid_run(node: Node, project: Path, seen: set[tuple[str, int]]) -> dict[str, Any] | None:
-    """The project's running round if it is mid-run (progress in its log) and not in ``seen``."""
+    """The project's running round if it is mid-run and not in ``seen``: the store says
+    running, its log shows progress, and its monitor is alive and has not written its
+    exit record. (A just-restarted daemon still shows the round that ended while no
+    daemon was there as running until it has re-adopted it: killing on that stale
+    view would kill every new daemon before it could record anything.)"""
     state = node.state(project)
     current = state["current_round"]
     if not current or current["status"] != "running" or not current["monitor_pid"]:
@@ -51,6 +60,8 @@ def _mid_run(node: Node, project: Path, seen: set[tuple[str, int]]) -> dict[str,
         return None
     log = artifacts(project) / f"round-{current['index']:04d}.log"
     if not log.exists() or "step 3 " not in log.read_text():
+        return None
+    if not is_alive(_handle(current)) or _ended_at(project, current["index"]) is not None:
         return None
     return dict(current)
 
@@ -83,35 +94,35 @@ def test_ten_sigkills_mid_round_across_a_guarded_and_an_unsafe_session(tmp_path:
         tmp_path / "unsafe", mode="unsafe", max_rounds=ROUNDS, behaviour=BEHAVIOUR
     )
     projects = [guarded, unsafe]
+    for project in projects:
+        for index in range(1, ROUNDS + 1):
+            (project / f"hold-{index}").touch()
     killed_during: dict[tuple[str, int], dict[str, Any]] = {}
+    kills = 0
     with node() as n:
         n.start_session(guarded)
         n.start_session(unsafe)
-        deadline = time.monotonic() + 150
-        kills = 0
-        while kills < KILLS or len(killed_during) < KILLS:
-            assert time.monotonic() < deadline, f"only {kills} kills: {n.log[-3000:]}"
-            targets = [(p, r) for p in projects if (r := _mid_run(n, p, set(killed_during)))]
-            if not targets:
-                states = [n.state(p)["session"]["status"] for p in projects]
-                assert "running" in states, f"both sessions ended after {kills} kills"
-                pause(0.05)
-                continue
-            killed_at = time.time()
+        while kills < KILLS:
+            targets: dict[Path, dict[str, Any]] = {}
+            for project in projects:
+                n.wait(
+                    project,
+                    lambda s, p=project: _mid_run(n, p, set(killed_during)) is not None,
+                    timeout=120,
+                    what=f"a fresh round of {project.name} holding mid-run ({kills} kills)",
+                )
+                rec = _mid_run(n, project, set(killed_during))
+                assert rec is not None
+                targets[project] = rec
             n.kill(signal.SIGKILL)
             kills += 1
-            for project, rec in targets:
-                if not is_alive(_handle(rec)):
-                    # On a loaded machine the round may have ended between the look and the
-                    # kill: then its monitor finished on its own before the kill, which is
-                    # no evidence either way, and the round is not counted as killed during.
-                    ended = _ended_at(project, rec["index"])
-                    assert ended is not None and ended <= killed_at, (
-                        "the round's monitor must outlive the daemon"
-                    )
-                    continue
+            for project, rec in targets.items():
+                # held by its file: it cannot have ended on its own
+                assert is_alive(_handle(rec)), "the round's monitor must outlive the daemon"
                 killed_during[(str(project), rec["index"])] = rec
             n.start()
+            for project, rec in targets.items():
+                (project / f"hold-{rec['index']}").unlink()
         states = {p: n.wait_finished(p, timeout=120) for p in projects}
         assert n.alive(), "the last daemon still answers"
 
@@ -140,7 +151,7 @@ def test_ten_sigkills_mid_round_across_a_guarded_and_an_unsafe_session(tmp_path:
                 assert rec["started_at"] == before["started_at"]
                 assert readopted[str(project)].count(rec["index"]) == 1
         check_outputs(project, state)  # ledgers, report and research state: one row per round
-    assert len(killed_during) >= KILLS
+    assert len(killed_during) == 2 * KILLS
     for project in projects:
         assert_no_orphans(project)
         assert not shim_processes(project)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import scaled
 from tests.e2e.test_loop import SESSION, artifacts, check_outputs
 from tests.faults.helpers import (
     Node,
@@ -30,6 +31,7 @@ from tests.faults.helpers import (
     pause,
     rss_kib,
     set_behaviour,
+    shim_processes,
     starts_of,
 )
 from trainee.errors import InvalidState
@@ -80,7 +82,7 @@ def _kill_monitor_mid_round_2(daemon: Node, project: Path) -> dict[str, Any]:
     monitor_file = project / ".trainee" / "control" / SESSION / "round-0002" / "monitor.json"
     monitor: dict[str, Any] = json.loads(monitor_file.read_text())
     log = artifacts(project) / "round-0002.log"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while "step 3 " not in log.read_text():
         assert time.monotonic() < deadline, log.read_text()[-2000:]
         pause(0.05)
@@ -155,7 +157,7 @@ def test_a_grandchild_daemonized_with_setsid_does_not_survive_its_round(
         daemon.start_session(project)
         daemon.wait(project, lambda s: _running(s, 1), what="round 1 to run")
         log = artifacts(project) / "round-0001.log"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while "grandchild started" not in log.read_text() or not _grandchildren(project):
             assert time.monotonic() < deadline, log.read_text()[-2000:]
             pause(0.05)
@@ -322,7 +324,9 @@ def test_a_store_locked_longer_than_the_busy_timeout_stops_the_session_clearly(
     daemon: Node, tmp_path: Path
 ) -> None:
     project = make_project(
-        tmp_path / "proj", max_rounds=3, behaviour={"steps": 2, "hold_while_file": True}
+        tmp_path / "proj",
+        max_rounds=3,
+        behaviour={"steps": 2, "hold_while_file": True, "hold_limit": 600},
     )
     hold = _hold(project)
     database = project / ".trainee" / "runtime.sqlite3"
@@ -332,7 +336,13 @@ def test_a_store_locked_longer_than_the_busy_timeout_stops_the_session_clearly(
         writer = sqlite3.connect(database, isolation_level=None)
         writer.execute("BEGIN IMMEDIATE")
         try:
-            pause(8.0)  # longer than the store's busy timeout (5 s): its next write gives up
+            # held until a write the round cannot do without has given up after the
+            # store's busy timeout (5 s) and the round was stopped for it, however long
+            # a loaded machine takes: the held job ends only so (its hold lasts 600 s)
+            deadline = time.monotonic() + scaled(60)
+            while shim_processes(project):
+                assert time.monotonic() < deadline, daemon.log[-3000:]
+                pause(0.1)
         finally:
             writer.execute("ROLLBACK")
             writer.close()

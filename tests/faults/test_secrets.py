@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import scaled
 from tests.e2e.test_loop import OK, SESSION, llm_env, plan
 from tests.fakes.llm_server import FakeLLM
 from tests.faults.helpers import Node, assert_no_orphans, make_project, node
@@ -42,7 +43,7 @@ def _http(daemon: Node, token: str | None = "", **headers: str) -> httpx.Client:
         token = daemon.daemon.token
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    return httpx.Client(base_url=daemon.daemon.http_url, headers=headers, timeout=30)
+    return httpx.Client(base_url=daemon.daemon.http_url, headers=headers, timeout=scaled(30))
 
 
 def _leaks(name: str, data: bytes) -> list[str]:

@@ -22,6 +22,7 @@ import anyio
 import msgspec
 import pytest
 
+from tests.conftest import scaled
 from trainee.errors import LaunchError
 from trainee.launch.backends.base import (
     JobRef,
@@ -37,9 +38,9 @@ from trainee.monitor.process import ExitInfo
 
 T = TypeVar("T")
 
-HANG_BOUND_SEC = 10.0
+HANG_BOUND_SEC = scaled(10.0)
 """A generous bound on how long a hanging Slurm may hold a call: it bounds a hang, it is
-not a speed target."""
+not a speed target (scaled by conftest's one factor)."""
 
 NO_CONTROLLER = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
 INVALID_JOB = "slurm_load_jobs error: Invalid job id specified"

@@ -23,7 +23,7 @@ from trainee.api.project_methods import project_root_of
 from trainee.errors import InvalidParams, InvalidState, NotFound
 from trainee.ids import parse_session
 from trainee.launch.layout import ProjectLayout
-from trainee.research.decision import DecisionPlan
+from trainee.research.decision import MAX_PLAN_TEXT, DecisionPlan
 from trainee.session.external_policy import ExternalPolicy
 from trainee.session.runner import FINISHED
 from trainee.spec import wire as w
@@ -31,18 +31,21 @@ from trainee.spec import wire as w
 WAIT_LIMIT_SEC = 24 * 3600
 
 
+PlanText = Annotated[str, Meta(min_length=1, max_length=MAX_PLAN_TEXT)]
+
+
 class PlanParams(w.Wire, kw_only=True):
     """A structured iteration plan for the next round of an external-policy session."""
 
     session: w.SessionRef
     project_root: str | None = None
-    hypothesis: Annotated[str, Meta(min_length=1)]
-    change_summary: Annotated[str, Meta(min_length=1)]
+    hypothesis: PlanText
+    change_summary: PlanText
     params: dict[str, Any] = msgspec.field(default_factory=dict)
-    expected: Annotated[str, Meta(min_length=1)]
+    expected: PlanText
     stop: bool = False
-    stop_reason: str = ""
-    agent: str = ""
+    stop_reason: Annotated[str, Meta(max_length=MAX_PLAN_TEXT)] = ""
+    agent: Annotated[str, Meta(max_length=200)] = ""
 
 
 class PlanResult(w.Wire):

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 
 import trainee
 from trainee.api.context import CallContext
 from trainee.api.registry import Registry
-from trainee.errors import InvalidParams, InvalidState, NotFound
+from trainee.errors import InvalidParams, InvalidState, LimitExceeded, NotFound
 from trainee.ids import parse_session
 from trainee.launch.layout import ProjectLayout
 from trainee.spec import wire as w
@@ -20,6 +21,9 @@ from trainee.spec import wire as w
 registry = Registry()
 
 _watch_ids = itertools.count(1)
+MAX_NOTE_BYTES = 64 * 1024
+MAX_WATCHES = 32
+"""Watches one connection may hold at once (each holds a bounded queue of events)."""
 
 
 # -- daemon --------------------------------------------------------------------
@@ -79,13 +83,20 @@ async def events_watch(ctx: CallContext, params: w.EventsWatchParams) -> w.Event
     first, then live ones, each notification carrying ``{"events": [...]}`` in
     batches. A notification ``{"gap": true}`` says events were dropped (the
     watcher fell behind or asked for ones no longer retained): watch again from
-    the last id received. Only over the Unix socket; over HTTP use SSE.
+    the last id received. Only over the Unix socket; over HTTP use SSE. A connection
+    holds at most 32 watches at once.
     """
     if ctx.notify is None or ctx.start_soon is None:
         raise InvalidState(
             "events_watch streams over the Unix socket only; over HTTP use "
             "GET /api/sessions/{id}/events (SSE) or events_list",
             {"transport": ctx.transport},
+        )
+    if len(ctx.watches) >= MAX_WATCHES:
+        raise LimitExceeded(
+            f"this connection already has {len(ctx.watches)} watches (at most {MAX_WATCHES}); "
+            "stop one with events_unwatch or watch several kinds at once",
+            {"what": "watches per connection", "limit": MAX_WATCHES},
         )
     bus = ctx.services.bus
     sub, backlog, gap = bus.subscribe(
@@ -157,8 +168,14 @@ async def events_publish(ctx: CallContext, params: w.EventsPublishParams) -> w.E
 
     For outside tools that want their remarks beside a session's events, e.g.
     "restarted the GPU node". Only ``note`` kinds: the daemon's own events
-    cannot be forged.
+    cannot be forged. ``data`` may hold at most 64 KiB of JSON.
     """
+    size = len(msgspec.json.encode(params.data))
+    if size > MAX_NOTE_BYTES:
+        raise InvalidParams(
+            f"events_publish: data is {size} bytes of JSON, at most {MAX_NOTE_BYTES}",
+            {"field": "data", "reason": "too large", "limit": MAX_NOTE_BYTES},
+        )
     return ctx.services.bus.publish(params.kind, params.data, session=params.session)
 
 

@@ -19,7 +19,9 @@ refused by the guard closes its connection. Bodies must arrive within
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
 import hmac
 import ipaddress
 import logging
@@ -63,8 +65,8 @@ TOKEN_COOKIE = "trainee_token"
 TOKEN_COOKIE_MAX_AGE = 30 * 24 * 3600
 ACCEPT_BACKLOG = 128
 ACCEPT_BATCH = 16
-"""Connections asyncio accepts per wake-up: a flood cannot open hundreds of file
-descriptors before the gate has looked at the first."""
+"""Connections accepted per wake-up: a flood cannot open hundreds of file descriptors
+before the gate has looked at them (the kernel's backlog holds the rest)."""
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 SECURITY_HEADERS: dict[str, str] = {
@@ -233,7 +235,10 @@ def error_status(exc: TraineeError) -> int:
     if isinstance(exc, InvalidParams | ParseError):
         return 400
     if isinstance(exc, LimitExceeded):
-        return 413 if (exc.data or {}).get("what") in ("request bytes", "reply bytes") else 503
+        what = (exc.data or {}).get("what")
+        if what in ("request bytes", "reply bytes"):
+            return 413
+        return 408 if what == "body time" else 503
     if isinstance(exc, Forbidden):
         return 403
     return 422
@@ -294,7 +299,17 @@ def build_app(
                 {"jsonrpc": "2.0", "error": exc.to_wire(), "id": None}, error_status(exc)
             )
         ctx = CallContext(services=services, transport="http")
-        response = await dispatcher.handle_frame(body, ctx)
+        if not large.charge(0, len(body)):  # handled too: decoding takes a few times its size
+            busy = LimitExceeded(
+                "request dropped: the daemon is receiving too many large requests at once "
+                f"({large.total} bytes in all); send it again later",
+                {"what": "large requests", "limit": large.total},
+            )
+            return json_response({"jsonrpc": "2.0", "error": busy.to_wire(), "id": None}, 503)
+        try:
+            response = await dispatcher.handle_frame(body, ctx)
+        finally:
+            large.release(len(body))
         if response is None:
             return Response(status_code=204)
         return Response(response, media_type="application/json")
@@ -365,10 +380,14 @@ def allowed_hosts_for(host: str, port: int) -> set[str]:
 
 
 class _EmbeddedServer(uvicorn.Server):
-    """uvicorn inside the daemon's task group: the daemon owns the signals."""
+    """uvicorn inside the daemon's task group: the daemon owns the signals, and
+    connections come through the gate's own accept loop (:class:`GatedAcceptor`)."""
 
-    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, gate: ConnectionGate, on_started: Callable[[], None]
+    ) -> None:
         super().__init__(config)
+        self._gate = gate
         self._on_started = on_started
 
     @contextlib.contextmanager
@@ -376,9 +395,92 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started:
-            self._on_started()
+        await self.lifespan.startup()
+        config = self.config
+
+        def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+            protocol: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
+                config=config,
+                server_state=self.server_state,
+                app_state=self.lifespan.state,
+                _loop=_loop,
+            )
+            return protocol
+
+        acceptors = [GatedAcceptor(sock, create_protocol, self._gate) for sock in sockets or []]
+        for acceptor in acceptors:
+            acceptor.start()
+        self.servers = acceptors  # type: ignore[assignment]
+        self.started = True
+        self._on_started()
+
+
+class GatedAcceptor:
+    """Accepts TCP connections itself, a few per wake-up, and asks the gate first: a
+    connection over the limit is answered 503 and closed at once, so the daemon never
+    holds more client descriptors than the gate allows (plus one burst). Out of
+    descriptors or memory, it pauses accepting for a moment; clients wait in the
+    kernel's backlog and nothing else is disturbed."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        factory: Callable[[], asyncio.Protocol],
+        gate: ConnectionGate,
+    ) -> None:
+        self.sock = sock
+        self.factory = factory
+        self.gate = gate
+        self.loop = asyncio.get_running_loop()
+        self._closed = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def start(self) -> None:
+        self.sock.setblocking(False)
+        self.loop.add_reader(self.sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning("cannot accept an HTTP connection now: %s", exc)
+                    self.loop.remove_reader(self.sock.fileno())
+                    self.loop.call_later(0.1, self._resume)
+                return
+            conn.setblocking(False)
+            if not self.gate.make_room():
+                with contextlib.suppress(OSError):
+                    conn.send(self.gate.refusal)
+                conn.close()
+                continue
+            self.gate.pending += 1
+            task = self.loop.create_task(self._connect(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, conn: socket.socket) -> None:
+        try:
+            await self.loop.connect_accepted_socket(self.factory, conn)
+        except OSError:
+            conn.close()
+        finally:
+            self.gate.pending -= 1
+
+    def _resume(self) -> None:
+        if not self._closed:
+            self.loop.add_reader(self.sock.fileno(), self._accept)
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(ValueError, OSError):
+            self.loop.remove_reader(self.sock.fileno())
+
+    async def wait_closed(self) -> None:
+        return None
 
 
 class ConnectionGate:
@@ -389,32 +491,43 @@ class ConnectionGate:
         self.header_timeout = header_timeout
         self.open: dict[GuardedH11Protocol, None] = {}
         """Admitted connections, oldest first."""
+        self.pending = 0
+        """Accepted, their protocol not made yet."""
         self._by_client: dict[Any, GuardedH11Protocol] = {}
         self.refused = 0
         self.evicted = 0
         self.timed_out = 0
+        self.refusal = _refusal(
+            503,
+            "Service Unavailable",
+            f"refused: too many HTTP connections ({limit} open, all busy); try again",
+        )
 
-    def admit(self, conn: GuardedH11Protocol) -> bool:
-        if len(self.open) >= self.limit:
-            victim = next((c for c in self.open if c.waiting and not c.trusted), None)
-            if victim is None:
-                victim = next((c for c in self.open if c.waiting), None)
-            if victim is None:
-                self.refused += 1
-                if self.refused % 100 == 1:
-                    log.warning(
-                        "refusing HTTP connections: %d open, all busy (%d refused)",
-                        len(self.open),
-                        self.refused,
-                    )
-                return False
-            self.evicted += 1
-            self.leave(victim)
-            victim.transport.close()
-        self.open[conn] = None
+    def make_room(self) -> bool:
+        """Whether one more connection may come in, closing the oldest connection that
+        waits for its request headers when every place is taken (those that never showed
+        the token first); False when every one is busy."""
+        if len(self.open) + self.pending < self.limit:
+            return True
+        victim = next((c for c in self.open if c.waiting and not c.trusted), None)
+        if victim is None:
+            victim = next((c for c in self.open if c.waiting), None)
+        if victim is None:
+            self.refused += 1
+            if self.refused % 100 == 1:
+                log.warning(
+                    "refusing HTTP connections: %d open, all busy (%d refused)",
+                    len(self.open),
+                    self.refused,
+                )
+            return False
+        self.evicted += 1
+        self.leave(victim)
+        victim.transport.close()
         return True
 
     def joined(self, conn: GuardedH11Protocol) -> None:
+        self.open[conn] = None
         if conn.client is not None:
             self._by_client[conn.client] = conn
 
@@ -445,32 +558,20 @@ def _refusal(status: int, phrase: str, message: str) -> bytes:
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol under a :class:`ConnectionGate`: admission, a deadline for
-    each request's headers, eviction while it waits for them."""
+    """uvicorn's h11 protocol under a :class:`ConnectionGate`: a deadline for each
+    request's headers, eviction while it waits for them."""
 
     gate: ConnectionGate
     trusted = False
     waiting = False
     """Waiting for a request's headers (the connection is idle): it may be evicted."""
-    _admitted = False
     _timer: Any = None
+    _joined = False
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-        self.transport = transport
-        if not self.gate.admit(self):
-            transport.write(
-                _refusal(
-                    503,
-                    "Service Unavailable",
-                    f"refused: too many HTTP connections ({self.gate.limit} open, all busy); "
-                    "try again",
-                )
-            )
-            transport.close()
-            return
-        self._admitted = True
         super().connection_made(transport)
         self.gate.joined(self)
+        self._joined = True
         self._await_request()
 
     def _await_request(self) -> None:
@@ -503,9 +604,8 @@ class GuardedH11Protocol(H11Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not self._admitted:
-            return
-        self.gate.leave(self)
+        if self._joined:
+            self.gate.leave(self)
         super().connection_lost(exc)
 
 
@@ -532,7 +632,6 @@ class HttpServer:
             access_log=False,
             lifespan="off",
             http=self.gate.protocol(),
-            backlog=ACCEPT_BATCH,
             timeout_keep_alive=limits.http_keep_alive_sec,
             h11_max_incomplete_event_size=limits.http_max_header_bytes,
             # the gate admits at most ``limit`` connections; uvicorn's own check (which
@@ -545,7 +644,9 @@ class HttpServer:
         self._on_stop = on_stop
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        self._server = _EmbeddedServer(self._config, on_started=lambda: task_status.started())
+        self._server = _EmbeddedServer(
+            self._config, self.gate, on_started=lambda: task_status.started()
+        )
         await self._server.serve(sockets=[self._sock])
 
     def stop(self) -> None:

@@ -15,11 +15,12 @@ and round goes on. Defaults, and the environment variables that change a few:
 | HTTP: an idle keep-alive connection closes after | 5 s | |
 | HTTP: request line + headers | 64 KiB | |
 | HTTP: time to send a request body | 60 s | |
-| request (socket frame, HTTP body) | 16 MiB | |
-| requests bigger than 1 MiB being received at once, all clients | 64 MiB | |
+| request (socket frame, HTTP body) | 4 MiB | |
+| requests over 256 KiB being received or handled at once, all clients | 32 MiB | |
 | JSON-RPC batch | 256 requests | |
 | reply (one response or a whole batch) | 16 MiB | |
 | a client that reads nothing is dropped after | 30 s | |
+| watches per socket connection | 32 | |
 | events queued for one watcher or SSE stream | 10,000 events / 8 MiB, then a gap | |
 
 The connection budgets never exceed what the file-descriptor limit leaves after
@@ -52,9 +53,9 @@ class Limits:
     http_keep_alive_sec: int = 5
     http_max_header_bytes: int = 64 * 1024
     http_body_timeout_sec: float = 60.0
-    max_request_bytes: int = 16 * 2**20
-    large_request_bytes: int = 2**20
-    large_requests_total_bytes: int = 64 * 2**20
+    max_request_bytes: int = 4 * 2**20
+    large_request_bytes: int = 256 * 2**10
+    large_requests_total_bytes: int = 32 * 2**20
     rpc_batch: int = 256
     reply_bytes: int = 16 * 2**20
     send_timeout_sec: float = 30.0

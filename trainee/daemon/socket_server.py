@@ -141,16 +141,27 @@ class Connection:
                 return
             frames, dropped = self._feed(data)
             for frame in frames:
-                response = await self._dispatcher.handle_frame(frame, self.ctx)
+                # a large request is charged while it is handled too (decoding it takes
+                # a few times its size): over the allowance it is refused undecoded
+                size = len(frame) if isinstance(frame, bytes) else 0
+                if not self._large.charge(0, size):
+                    await self.send(encode_error(None, self._busy()))
+                    continue
+                try:
+                    response = await self._dispatcher.handle_frame(frame, self.ctx)
+                finally:
+                    self._large.release(size)
                 if response is not None:
                     await self.send(response)
             if dropped:
-                busy = LimitExceeded(
-                    "request dropped: the daemon is receiving too many large requests at "
-                    f"once ({self._large.total} bytes in all); send it again later",
-                    {"what": "large requests", "limit": self._large.total},
-                )
-                await self.send(encode_error(None, busy))
+                await self.send(encode_error(None, self._busy()))
+
+    def _busy(self) -> LimitExceeded:
+        return LimitExceeded(
+            "request dropped: the daemon is receiving too many large requests at "
+            f"once ({self._large.total} bytes in all); send it again later",
+            {"what": "large requests", "limit": self._large.total},
+        )
 
 
 class SocketServer:

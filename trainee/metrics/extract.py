@@ -27,6 +27,17 @@ complete. Split that way, any chunking gives identical results. Each regex runs
 once over the whole chunk (``finditer``); custom patterns are compiled with
 ``re.MULTILINE`` (``^``/``$`` anchor at lines) and should not span lines.
 
+Custom patterns run on the ``regex`` engine (``re``'s syntax) with a CPU-time budget
+per chunk, ``pattern_budget`` (1 s), releasing the GIL while they match (callers
+run the feed methods in a worker thread: the daemon's loop never waits on a
+pattern). A pattern over its budget is disabled for the rest of the round, with a
+warning naming it; patterns known to backtrack catastrophically are refused when
+the project is loaded (:mod:`trainee.spec.regexcheck`).
+
+File sources read job-written files safely (:mod:`trainee.jobfiles`): a symlink,
+a FIFO or a device is not read, a jsonl line over :data:`MAX_JSONL_LINE` bytes is
+skipped without being held, at most :data:`MAX_FILE_BYTES` of a file are read.
+
 Built-in metrics: ``loss`` and ``total_loss`` are always looked for in the
 captured output and in log files (case-insensitive; ``loss=0.1``, ``loss: 0.1``,
 ``'loss': 0.1``, ``loss 0.1``, ``Total Loss: 0.1``, ``loss=tensor(0.1``). A name
@@ -56,6 +67,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
+import regex
 
 from trainee import jobfiles
 from trainee.errors import ConfigError, InvalidParams, InvalidState
@@ -63,11 +75,15 @@ from trainee.metrics.csv_source import CsvReader
 from trainee.metrics.tb_source import TensorBoardReader
 from trainee.metrics.wandb_source import find_wandb_summary
 from trainee.spec.files import Goal, MetricSource, MetricSpec
+from trainee.spec.regexcheck import check_pattern
 
 __all__ = [
     "BUILTIN_METRICS",
     "DEFAULT_MAX_POINTS",
     "DEFAULT_WANDB_SUMMARY_PATH",
+    "MAX_FILE_BYTES",
+    "MAX_JSONL_LINE",
+    "PATTERN_BUDGET_SEC",
     "STEP_KEYS",
     "Extractor",
     "MetricPoint",
@@ -86,6 +102,13 @@ DEFAULT_WANDB_SUMMARY_PATH = "{round_dir}/**/wandb-summary.json"
 """Used by a ``wandb_summary`` spec without ``path`` when the extractor is given no
 ``wandb_dirs`` to search (the runner gives the round's WANDB_DIR and working folder:
 see :mod:`trainee.metrics.wandb_source`)."""
+
+PATTERN_BUDGET_SEC = 1.0
+"""CPU seconds one custom pattern may spend on one chunk before it is disabled."""
+MAX_JSONL_LINE = 1 << 20
+"""A jsonl record longer than this (bytes) is skipped, never held."""
+MAX_FILE_BYTES = 256 << 20
+"""Bytes read of one metric file at most; the rest is left with a warning."""
 
 BUILTIN_SOURCE = "builtin"
 STEP_KEYS: tuple[str, ...] = ("step", "global_step", "_step", "iter", "iteration", "epoch")
@@ -158,14 +181,33 @@ def parse_number(text: str) -> float | None:
         return None
 
 
-def _step_before(text: str, pos: int, has_cr: bool) -> int | None:
-    """The last step number on the line of ``pos``, before ``pos``; ``has_cr`` tells
-    whether ``text`` holds a carriage return (checked once per chunk)."""
-    start = text.rfind("\n", 0, pos) + 1
-    if has_cr:
-        start = max(start, text.rfind("\r", start, pos) + 1)
-    found = _STEP_FINDALL(text, start, pos)
-    return int(found[-1]) if found else None
+class _Steps:
+    """The step before each of increasing positions of one chunk, each character
+    scanned once: many values on one long line cost no more than one."""
+
+    __slots__ = ("has_cr", "line_start", "scanned", "step", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.has_cr = "\r" in text
+        self.line_start = -1
+        self.scanned = 0
+        self.step: int | None = None
+
+    def before(self, pos: int) -> int | None:
+        """The last step number on the line of ``pos``, before ``pos``."""
+        text = self.text
+        start = text.rfind("\n", 0, pos) + 1
+        if self.has_cr:
+            start = max(start, text.rfind("\r", start, pos) + 1)
+        if start != self.line_start or pos < self.scanned:
+            self.line_start, self.scanned, self.step = start, start, None
+        found = _STEP_FINDALL(text, self.scanned, pos)
+        if found:
+            self.step = int(found[-1])
+        # a step number may run on past ``pos``: rescan from its start next time
+        self.scanned = max(self.scanned, pos - 32)
+        return self.step
 
 
 # -- one metric's series ----------------------------------------------------------------
@@ -265,13 +307,14 @@ class _Series:
 class _Rule:
     """A custom regex spec bound to its series."""
 
-    __slots__ = ("group", "regex", "series", "source")
+    __slots__ = ("disabled", "group", "regex", "series", "source")
 
-    def __init__(self, regex: re.Pattern[str], series: _Series, source: str) -> None:
-        self.regex = regex
-        self.group: int | str = "value" if "value" in regex.groupindex else 1
+    def __init__(self, compiled: regex.Pattern[str], series: _Series, source: str) -> None:
+        self.regex = compiled
+        self.group: int | str = "value" if "value" in compiled.groupindex else 1
         self.series = series
         self.source = source
+        self.disabled = False
 
 
 # -- the extractor -----------------------------------------------------------------------
@@ -292,12 +335,14 @@ class Extractor:
         placeholders: Mapping[str, str],
         project_root: str,
         max_points: int = DEFAULT_MAX_POINTS,
+        pattern_budget: float = PATTERN_BUDGET_SEC,
         wandb_dirs: Sequence[str] = (),
         since: float | None = None,
         within: Sequence[str] | None = None,
     ) -> None:
         if max_points < 1:
             raise InvalidParams(f"max_points must be at least 1, got {max_points}")
+        self._budget = pattern_budget
         self._wandb_dirs = tuple(wandb_dirs)
         self._since = since
         self._pollers: list[tuple[_Series, TensorBoardReader | CsvReader]] = []
@@ -417,18 +462,28 @@ class Extractor:
         out: list[MetricPoint] = []
         if not text:
             return out
-        has_cr = "\r" in text
         for rule in rules:
+            if rule.disabled:
+                continue
             series, group, source = rule.series, rule.group, rule.source
-            for m in rule.regex.finditer(text):
-                step = _step_before(text, m.start(), has_cr)
-                point = series.add_text(m.group(group), step, source)
-                if point is not None:
-                    out.append(point)
+            steps = _Steps(text)
+            try:
+                for found in rule.regex.finditer(text, timeout=self._budget, concurrent=True):
+                    point = series.add_text(found.group(group), steps.before(found.start()), source)
+                    if point is not None:
+                        out.append(point)
+            except TimeoutError:
+                rule.disabled = True
+                series.file_warnings.append(
+                    f"the regex {rule.regex.pattern!r} took over {self._budget:g} s of CPU on "
+                    f"{len(text)} characters of {stream} (it backtracks too much); it is "
+                    "disabled for the rest of this round"
+                )
         loss, total = self._builtin["loss"], self._builtin["total_loss"]
         if loss is None and total is None:
             return out
         new: tuple[list[MetricPoint], list[MetricPoint]] = ([], [])
+        steps = _Steps(text)
         for m in _BUILTIN.finditer(text):
             is_total, raw = m.group("total", "value")
             target = loss if is_total is None else total
@@ -438,8 +493,7 @@ class Extractor:
                 if target.stream is not None:
                     continue
                 target.stream = stream
-            step = _step_before(text, m.start(), has_cr)
-            point = target.add(float(raw), step, BUILTIN_SOURCE, raw)
+            point = target.add(float(raw), steps.before(m.start()), BUILTIN_SOURCE, raw)
             if point is not None:
                 new[is_total is not None].append(point)
         return out + new[0] + new[1]
@@ -587,16 +641,16 @@ def _spec_error(i: int, field: str, reason: str) -> ConfigError:
     return ConfigError(f"{where}: {reason}", field=where, reason=reason)
 
 
-def _compile(i: int, pattern: str) -> re.Pattern[str]:
-    try:
-        regex = re.compile(pattern, re.MULTILINE)
-    except (re.error, OverflowError, RecursionError, ValueError) as exc:
-        raise _spec_error(i, "key_or_pattern", f"invalid regex: {exc}") from None
-    if "value" not in regex.groupindex and regex.groups < 1:
+def _compile(i: int, pattern: str) -> regex.Pattern[str]:
+    problem = check_pattern(pattern)
+    if problem is not None:
+        raise _spec_error(i, "key_or_pattern", problem)
+    compiled = regex.compile(pattern, regex.MULTILINE | regex.VERSION0)
+    if "value" not in compiled.groupindex and compiled.groups < 1:
         raise _spec_error(
             i, "key_or_pattern", "the regex needs a named group (?P<value>...) or a capture group"
         )
-    return regex
+    return compiled
 
 
 def _glob_regex(i: int, pattern: str) -> re.Pattern[str]:
@@ -722,33 +776,51 @@ def _read_jsonl(
 ) -> list[MetricPoint]:
     out: list[MetricPoint] = []
     source = str(MetricSource.JSONL)
-    malformed = first_malformed = lines = hits = 0
+    malformed = first_malformed = lines = hits = too_long = 0
     try:
-        with os.fdopen(jobfiles.open_job_file(path, within=within), "rb") as f:
-            for lineno, raw in enumerate(f, 1):
-                line = raw.strip()
-                if not line:
-                    continue
-                lines += 1
-                record = _decode_json(line)
-                if not isinstance(record, dict):
-                    malformed += 1
-                    first_malformed = first_malformed or lineno
-                    continue
-                found, value = _lookup(record, key)
-                if not found:
-                    continue
-                number = _as_number(value)
-                hits += 1
-                if number is None:
-                    series.reject(repr(value))
-                    continue
-                point = series.add(number, _record_step(record), source, str(value))
-                if point is not None:
-                    out.append(point)
+        fd = jobfiles.open_job_file(path, within=within)
     except OSError as exc:
         series.file_warnings.append(f"cannot read {path}: {exc.strerror or exc}")
         return out
+    try:
+        size = os.fstat(fd).st_size
+        for lineno, raw in enumerate(jobfiles.bounded_lines(fd, MAX_JSONL_LINE, MAX_FILE_BYTES), 1):
+            if isinstance(raw, int):
+                too_long += 1
+                continue
+            line = raw.strip()
+            if not line:
+                continue
+            lines += 1
+            record = _decode_json(line)
+            if not isinstance(record, dict):
+                malformed += 1
+                first_malformed = first_malformed or lineno
+                continue
+            found, value = _lookup(record, key)
+            if not found:
+                continue
+            number = _as_number(value)
+            hits += 1
+            if number is None:
+                series.reject(repr(value))
+                continue
+            point = series.add(number, _record_step(record), source, str(value))
+            if point is not None:
+                out.append(point)
+    except OSError as exc:
+        series.file_warnings.append(f"cannot read {path}: {exc.strerror or exc}")
+        return out
+    finally:
+        os.close(fd)
+    if too_long:
+        series.file_warnings.append(
+            f"skipped {too_long} line(s) of {path} longer than {MAX_JSONL_LINE} bytes"
+        )
+    if size > MAX_FILE_BYTES:
+        series.file_warnings.append(
+            f"read only the first {MAX_FILE_BYTES} of the {size} bytes of {path}"
+        )
     if malformed:
         series.file_warnings.append(
             f"skipped {malformed} malformed line(s) of {path} (first: line {first_malformed})"

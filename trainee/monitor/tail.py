@@ -20,7 +20,13 @@ Line rules:
 - truncation (size below our offset) restarts at 0, rotation (another inode at
   the path) reads the old file to its end and the new one from 0; both add a
   ``Line`` with ``marker=True``. A truncation followed by a rewrite past the old
-  offset between two reads cannot be told from growth (as with ``tail -F``).
+  offset between two reads cannot be told from growth (as with ``tail -F``);
+- the job can write the followed paths, so a file is opened with
+  :func:`trainee.jobfiles.open_job_file`: a symlink, a FIFO or a device at the path
+  is not read (one marker line says so), and opening never blocks.
+
+:func:`tail_files` does its file work (globbing, reading, splitting) in a worker
+thread: a slow disk or a huge backlog never holds the daemon's event loop.
 
 Parsing is by chunk: each read decodes and splits a whole chunk in C; per-line
 Python work happens only for lines with ``\\r``, over-long ones, and the borders
@@ -229,7 +235,7 @@ class FileTail:
 
     With ``index`` (a monitor's ``<log>.idx``), stderr ranges are told from
     stdout; otherwise every line is of stream ``"log"``. Blocking I/O on local
-    files, bounded per call by ``limit``.
+    files (never blocking on what is at the path), bounded per call by ``limit``.
     """
 
     def __init__(
@@ -276,7 +282,7 @@ class FileTail:
         """Lines completed by the bytes added since the last call (at most ``limit`` bytes)."""
         out: list[Line] = []
         if self._fd is None:
-            if not self._open():
+            if not self._open(out):
                 return out
         else:
             self._check_rotation(out)
@@ -329,15 +335,16 @@ class FileTail:
     def _marker(self, text: str, offset: int) -> Line:
         return Line(self.path, self._streams[0].stream, text, offset, True)
 
-    def _open(self) -> bool:
+    def _open(self, out: list[Line]) -> bool:
         try:
             fd = jobfiles.open_job_file(self.path, within=self.within)
         except jobfiles.NotRegularFile as exc:
             if self._refused != exc.strerror:
                 self._refused = exc.strerror
                 log.warning("not reading %s: %s", self.path, exc.strerror)
+                out.append(self._marker(f"…[not read: {self.path} is {exc.strerror}]", 0))
             return False
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+        except OSError:
             return False
         st = os.fstat(fd)
         self._fd, self._ident = fd, (st.st_dev, st.st_ino)
@@ -356,7 +363,7 @@ class FileTail:
         self.offset = 0
         self._ranges.clear()
         self._idx_pos, self._idx_rest = 0, b""
-        if self._open():
+        if self._open(out):
             out.append(self._marker("…[file replaced: reading the new file from the start]", 0))
 
     def _stable_size(self) -> int:
@@ -456,6 +463,11 @@ class _TailSet:
             if os.path.isdir(root):
                 found[root] = found.get(root, False) or recursive
         return found
+
+    def scan_roots(self) -> dict[str, bool]:
+        """:meth:`scan`, then :meth:`roots` (one worker-thread call)."""
+        self.scan()
+        return self.roots()
 
     def scan(self) -> None:
         """Start following files that now match a pattern."""
@@ -604,18 +616,18 @@ async def tail_files(
                 now = time.monotonic()
                 if stopping or rescan_wanted or now >= next_rescan:
                     rescan_wanted = False
-                    tails.scan()
-                    watcher.set_roots(tails.roots())
+                    roots = await anyio.to_thread.run_sync(tails.scan_roots)
+                    watcher.set_roots(roots)
                     next_rescan = now + rescan_interval
                 if stopping:
                     backlog = True
                     while backlog:
-                        lines, backlog = tails.read(READ_CAP)
+                        lines, backlog = await anyio.to_thread.run_sync(tails.read, READ_CAP)
                         await emit(lines)
                     await emit(tails.finish())
                     break
                 wake = anyio.Event()
-                lines, backlog = tails.read(READ_CAP)
+                lines, backlog = await anyio.to_thread.run_sync(tails.read, READ_CAP)
                 await emit(lines)
                 if backlog:
                     await anyio.lowlevel.checkpoint()

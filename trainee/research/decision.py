@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from trainee.research.text import truncate
 from trainee.spec import ParamType, TunableSpec
 from trainee.spec.constraints import Constraint
 from trainee.spec.values import (
@@ -67,6 +68,10 @@ _MAX_DECODES = 400
 """At most this many candidate objects are decoded, so garbage input stays cheap."""
 
 _TEXT_FIELDS = ("hypothesis", "change_summary", "expected", "stop_reason")
+MAX_PLAN_TEXT = 4000
+"""Characters kept of each text field of a plan (hypothesis, change_summary, expected,
+stop_reason): an LLM's longer text is cut with a marker (and a note), a program's
+(``plan_submit``) is refused; prompts, reports and ledgers then hold at most this."""
 
 _INT_TEXT = re.compile(r"[+-]?\d+")
 _FLOAT_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
@@ -504,7 +509,9 @@ def _read_plan(
             if key != "stop_reason" and not stop:
                 problems.append(Problem(key, "missing; it is required"))
         elif isinstance(value, str):
-            texts[key] = value
+            texts[key] = truncate(value, MAX_PLAN_TEXT)
+            if len(value) > MAX_PLAN_TEXT:
+                notes.append(f"'{key}' was {len(value)} chars; cut to {MAX_PLAN_TEXT}")
         else:
             texts[key] = ""
             problems.append(Problem(key, f"must be a string, got {_show(value)}"))

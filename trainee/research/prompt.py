@@ -28,6 +28,7 @@ from trainee.research.state import (
     failure_kind,
     format_metric,
 )
+from trainee.research.text import truncate
 from trainee.spec import ParamType, TunableSpec
 from trainee.spec.constraints import Constraint
 
@@ -99,28 +100,6 @@ class _Section(msgspec.Struct):
     @property
     def body(self) -> str:
         return truncate(self.text, self.limit, keep=self.keep)
-
-
-def truncate(text: str, limit: int, *, keep: str = "head") -> str:
-    """``text`` cut to at most ``limit`` chars plus a ``[... truncated N chars]`` marker.
-
-    The cut falls on a line break when one is near. ``keep="tail"`` keeps the end
-    (for logs and histories) and puts the marker first.
-    """
-    limit = max(0, limit)
-    if len(text) <= limit:
-        return text
-    if keep == "tail":
-        kept = text[len(text) - limit :]
-        nl = kept.find("\n")
-        if 0 <= nl <= len(kept) // 2:
-            kept = kept[nl + 1 :]  # start at a whole line
-        return f"[... truncated {len(text) - len(kept)} chars]\n" + kept
-    kept = text[:limit]
-    nl = kept.rfind("\n")
-    if nl >= len(kept) // 2:
-        kept = kept[:nl]  # end at a whole line
-    return kept + f"\n[... truncated {len(text) - len(kept)} chars]"
 
 
 # -- the messages -------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from trainee.launch.layout import CONTROL_LAYOUT, ProjectLayout, RoundLayout, Se
 from trainee.launch.render import build_env, render_round
 from trainee.launch.sandbox import check_bwrap, wrap
 from trainee.llm.settings import load_settings
-from trainee.metrics.extract import Extractor
+from trainee.metrics.extract import Extractor, MetricPoint
 from trainee.metrics.tb_source import require_tensorboard
 from trainee.monitor.activity import Activity
 from trainee.monitor.process import ExitInfo, Limits, revoke_launch
@@ -76,6 +76,10 @@ MAX_ATTEMPTS = 3
 BASELINE_TAIL_LINES = 20
 """Lines of a failed baseline's log shown when the session ends because of it."""
 """A round whose monitor keeps dying is run at most this many times, then marked failed."""
+
+
+MAX_UNSAVED_EVENTS = 100_000
+"""Events held for the store while it does not answer, at most."""
 
 
 @dataclass
@@ -151,8 +155,16 @@ class SessionRunner:
             batch, self._unsaved = self._unsaved, []
             try:
                 await self.store.append_events(batch)
-            except TraineeError:
-                log.exception("%s: %d events could not be stored", self.record.id, len(batch))
+            except TraineeError as exc:
+                # kept for the next flush (a store locked for a while loses nothing), but
+                # never more than MAX_UNSAVED_EVENTS: the oldest go first
+                self._unsaved = (batch + self._unsaved)[-MAX_UNSAVED_EVENTS:]
+                log.warning(
+                    "%s: %d events not stored yet, trying again: %s",
+                    self.record.id,
+                    len(batch),
+                    exc.message,
+                )
 
     async def _flush_events_forever(self) -> None:
         while True:
@@ -909,11 +921,9 @@ class SessionRunner:
                     by_file.setdefault(line.path, []).append(line.text)
             if len(tail_lines) > FAILURE_TAIL_LINES * 4:
                 del tail_lines[:-FAILURE_TAIL_LINES]
-            for path, texts in by_file.items():
-                chunk = "\n".join(texts)
-                points.extend(
-                    extractor.feed_output(chunk) if path == "" else extractor.feed_log(path, chunk)
-                )
+            if by_file:
+                # off the event loop: the patterns run with a time budget, GIL released
+                points.extend(await anyio.to_thread.run_sync(_extract, extractor, by_file))
             if lines:
                 last_activity = time.time()
             if out_lines:
@@ -1190,6 +1200,17 @@ class SessionRunner:
         except TraineeError:
             return True  # cannot tell: keep the stop reason's own status
         return any(r.status == "completed" for r in rounds)
+
+
+def _extract(extractor: Extractor, by_file: dict[str, list[str]]) -> list[MetricPoint]:
+    """Feed one batch of lines to the extractor ("" is the round log); its new points."""
+    points: list[MetricPoint] = []
+    for path, texts in by_file.items():
+        chunk = "\n".join(texts)
+        points.extend(
+            extractor.feed_output(chunk) if path == "" else extractor.feed_log(path, chunk)
+        )
+    return points
 
 
 def _signal_globs(

@@ -46,6 +46,7 @@ from trainee.spec.files import (
     line_of,
 )
 from trainee.spec.placeholders import placeholders_in
+from trainee.spec.regexcheck import check_pattern
 
 __all__ = [
     "HYDRA_CONFIG_FLAGS",
@@ -547,6 +548,9 @@ class _Compiler:
                 where,
                 "the regex needs a named group (?P<value>...) or at least one capture group",
             )
+        problem = check_pattern(pattern)
+        if problem is not None:
+            raise self.fail(self.psrc, where, problem)
 
     def _check_advanced(self) -> None:
         adv = self.project.advanced

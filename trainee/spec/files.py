@@ -424,10 +424,37 @@ def decode_file(data: Any, type_: type[T], *, file: str, lines: LineMap | None) 
     if not isinstance(data, dict):
         line = 1 if lines is not None else None
         raise config_error(file, line, "", f"the top level must be a mapping, got {_kind(data)}")
+    _check_integers(data, (), file, lines)
     try:
         return msgspec.convert(data, type=type_)
     except msgspec.ValidationError as exc:
         raise _mapped_error(exc, data, type_, file, lines) from None
+
+
+INT_LIMIT = 2**63
+"""Integers in project and tuning files fit in 64 bits (the store, JSON peers, numpy)."""
+
+
+def _check_integers(data: Any, path: FieldPath, file: str, lines: LineMap | None) -> None:
+    """Refuse an integer of more than 64 bits anywhere in ``data``, naming where."""
+    if isinstance(data, bool):
+        return
+    if isinstance(data, int):
+        if not -INT_LIMIT <= data < INT_LIMIT:
+            digits = len(str(abs(data))) if abs(data) < 10**4000 else "over 4000"
+            raise config_error(
+                file,
+                line_of(lines, path),
+                path,
+                f"integer out of range ({digits} digits; integers must fit in 64 bits, "
+                f"|n| < 2**63)",
+            )
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            _check_integers(value, (*path, str(key)), file, lines)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            _check_integers(value, (*path, i), file, lines)
 
 
 def _mapped_error(

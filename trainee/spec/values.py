@@ -67,8 +67,11 @@ def value_problem(spec: TunableSpec, value: Any) -> str | None:
         return f"must be a number ({spec.type}), got {_show(value)}"
     if isinstance(value, float) and not math.isfinite(value):
         return f"must be a finite number, got {value}"
-    if spec.type == ParamType.INT and isinstance(value, float) and not value.is_integer():
-        return f"must be an integer, got {format_value(value)}"
+    if spec.type == ParamType.INT and isinstance(value, float):
+        # one rule for ints, as msgspec's strict mode: 32.0 is not an integer (a program
+        # that sends it has a bug; only an LLM's text answer is read leniently, with a note)
+        hint = " (write it without a decimal point)" if value.is_integer() else ""
+        return f"must be an integer, got {format_value(value)}{hint}"
     lo, hi = spec.min_value, spec.max_value
     shown = format_value(value)
     if lo is not None and value < lo:

@@ -220,7 +220,7 @@ def test_a_bad_value_writes_nothing(tmp_path: Path) -> None:
 
 def test_resolve_params_fills_in_baselines_in_tuning_order(tmp_path: Path) -> None:
     spec = project(tmp_path)
-    assert resolve_params(spec, {"epochs": 70.0, "wd": 2}) == {
+    assert resolve_params(spec, {"epochs": 70, "wd": 2}) == {
         "lr": 0.001,
         "momentum": 0.0,
         "l2": 0.0001,
