@@ -397,27 +397,41 @@ def test_parallel_candidates_show_as_steps(
     browser: Browser, llm_daemon: Daemon, project: Path
 ) -> None:
     """run.parallel: 2 — the live card names the step and both rounds while they run at
-    once, and the rounds table gets a Step column."""
+    once, and the rounds table gets a Step column. The step's rounds wait (printing)
+    while ``hold`` exists, so the page sees them running however fast the machine is."""
+    hold = project / "hold"
+    hold.write_text("")
+    (project / "held.py").write_text(
+        "import os, runpy, sys, time\n"
+        "if os.environ.get('TRAINEE_ROUND_INDEX') != '1':\n"
+        f"    while os.path.exists({str(hold)!r}):\n"
+        "        print('holding', flush=True)\n        time.sleep(0.05)\n"
+        "sys.argv[0] = 'train.py'\nrunpy.run_path('train.py', run_name='__main__')\n"
+    )
     spec = project / ".trainee" / "project.yaml"
     text = spec.read_text().replace("max_rounds: 6", "max_rounds: 3\n  parallel: 2")
-    spec.write_text(text + "\ndecision:\n  policy: random\n")
-    w = open_dashboard(browser, llm_daemon, project)
-    page = w.page
-    form = page.locator("main form.start-form")
-    expect(form.get_by_label("Decision policy")).to_have_value("random")
-    form.get_by_label("Security mode").select_option("unsafe")
-    form.get_by_label("Max rounds").fill("3")
-    form.get_by_role("button", name="Start session").click()
-    page.wait_for_url(re.compile(r"#/session\?"))
-    step = page.locator(".live-card p.step")
-    expect(step).to_contain_text("2 candidates at once", timeout=60_000)
-    expect(step).to_contain_text("round 2")
-    expect(step).to_contain_text("round 3")
-    w.shot("06-parallel-step")
-    expect(page.locator(".session-status .badge")).to_have_text("finished", timeout=90_000)
-    expect(page.locator("table.rounds thead th").first).to_have_text("Step")
-    steps = page.locator("table.rounds tbody tr").evaluate_all(
-        "rows => rows.map(r => r.dataset.step)"
-    )
-    assert steps == ["0", "1", "1"], steps
-    assert w.errors == []
+    spec.write_text(text.replace("- train.py", "- held.py") + "\ndecision:\n  policy: random\n")
+    try:
+        w = open_dashboard(browser, llm_daemon, project)
+        page = w.page
+        form = page.locator("main form.start-form")
+        expect(form.get_by_label("Decision policy")).to_have_value("random")
+        form.get_by_label("Security mode").select_option("unsafe")
+        form.get_by_label("Max rounds").fill("3")
+        form.get_by_role("button", name="Start session").click()
+        page.wait_for_url(re.compile(r"#/session\?"))
+        step = page.locator(".live-card p.step")
+        expect(step).to_contain_text("2 candidates at once", timeout=60_000)
+        expect(step).to_contain_text("round 2")
+        expect(step).to_contain_text("round 3")
+        w.shot("06-parallel-step")
+        hold.unlink()  # the step's rounds go on
+        expect(page.locator(".session-status .badge")).to_have_text("finished", timeout=90_000)
+        expect(page.locator("table.rounds thead th").first).to_have_text("Step")
+        steps = page.locator("table.rounds tbody tr").evaluate_all(
+            "rows => rows.map(r => r.dataset.step)"
+        )
+        assert steps == ["0", "1", "1"], steps
+        assert w.errors == []
+    finally:
+        hold.unlink(missing_ok=True)

@@ -49,6 +49,8 @@ TAIL_LINES = 8
 """Terminal mode: the last lines of the job's output kept on screen."""
 RECONNECTS = 5
 """Daemon restarts in a row (no event between them) before the view gives up."""
+RECONNECT_PAUSE = 0.2
+"""Seconds before the n-th try in a row to reach a daemon again is n times this."""
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -514,10 +516,18 @@ def watch_session(
 
     watcher = _Watcher(session)
     failures = 0
+    reconnect = False
     view.start()
     try:
         while view.finished is None:
             try:
+                if reconnect:  # starts a daemon if none answers; it re-adopts the session
+                    state = daemon_client.call("loop_get", params)
+                    reconnect = False
+                    if not state["running"]:
+                        view.finished = finished_from_state(state)
+                        break
+                    since = view.last_id or since or 0
                 if watcher.client is None:
                     watcher.open(view.last_id or since)
                 note = watcher.next()
@@ -532,19 +542,20 @@ def watch_session(
                 if body.get("gap"):
                     watcher.rewatch(view.last_id)
             except errors.DaemonNotRunning:
+                # the daemon went away, or one that was going away took the connection:
+                # each try starts one if none answers, up to RECONNECTS in a row
                 watcher.close()
                 failures += 1
                 if failures > RECONNECTS:
                     raise
-                view.note(
-                    f"the daemon went away: starting one; it re-adopts {session} "
-                    "and the view goes on from the last event shown"
-                )
-                state = daemon_client.call("loop_get", params)  # starts a daemon if none answers
-                if not state["running"]:
-                    view.finished = finished_from_state(state)
-                    break
-                since = view.last_id or since or 0
+                if not reconnect:
+                    view.note(
+                        f"the daemon went away: starting one; it re-adopts {session} "
+                        "and the view goes on from the last event shown"
+                    )
+                else:
+                    time.sleep(RECONNECT_PAUSE * failures)
+                reconnect = True
                 continue
             except KeyboardInterrupt:
                 if attach or stopping:
