@@ -184,11 +184,21 @@ def _read(project: Path, policy: str, budget: int, seconds: float) -> dict[str, 
     decisions = db.execute(
         "SELECT * FROM decisions WHERE session = ? ORDER BY id", (session["index"],)
     ).fetchall()
-    first = sum(1 for d in decisions if d["accepted"] and not d["repaired"])
-    repaired = sum(1 for d in decisions if d["accepted"] and d["repaired"])
-    invalid = sum(1 for d in decisions if not d["accepted"])
+    fallback = ["optimizer fallback" in (d["source"] or "") for d in decisions]
+    first = sum(
+        1
+        for d, f in zip(decisions, fallback, strict=True)
+        if d["accepted"] and not d["repaired"] and not f
+    )
+    repaired = sum(
+        1
+        for d, f in zip(decisions, fallback, strict=True)
+        if d["accepted"] and d["repaired"] and not f
+    )
+    # the hybrid's fallbacks are LLM answers that stayed invalid after the repair
+    invalid = sum(1 for d, f in zip(decisions, fallback, strict=True) if not d["accepted"] or f)
     stops = sum(1 for d in decisions if (json.loads(d["plan"] or "null") or {}).get("stop"))
-    fallbacks = sum(1 for d in decisions if "optimizer fallback" in (d["source"] or ""))
+    fallbacks = sum(fallback)
     formats = sorted({d["response_format"] for d in decisions if d["response_format"]})
     metric = {r["index"]: r["primary_metric"] for r in rounds}
     base = metric.get(session["baseline_round"]) if session["baseline_round"] else None

@@ -149,8 +149,8 @@ PROJECTS: tuple[Project, ...] = (
         metric="val/acc",
         style="Hydra (@hydra.main, config groups) + Lightning",
         # the template (2023) tests with ckpt_path="best": torch >= 2.6 loads with
-        # weights_only=True and refuses the pickled SimpleDenseNet of its hparams
-        env=(("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1"),),
+        # weights_only=True and refuses the pickled SimpleDenseNet of its hparams; the
+        # patch sets TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 in launch.env
     ),
     Project(
         name="timm",
@@ -159,9 +159,9 @@ PROJECTS: tuple[Project, ...] = (
         copy=(".",),
         root=".",
         venv="vision",
-        setup=("{py} {datagen} imagefolder data/tiny --classes 4 --per-class 32 --size 32",),
-        command="python train.py --data-dir data/tiny",
-        data="data/tiny",
+        setup=("{py} {datagen} imagefolder data --classes 4 --per-class 32 --size 32",),
+        command="python train.py --data-dir data",
+        data="data",
         output="--output",
         limit="--epochs",
         metric="eval_top1 (summary.csv)",

@@ -56,6 +56,7 @@ DATAGEN = HERE / "datagen.py"
 MIRROR = Path("/work/.mirror")
 STEP_TIMEOUT = 600.0
 SESSION_RE = re.compile(r"^(session-\d+): (\w+)(?: \((.*)\))?\s*$", re.M)
+ERROR_RE = re.compile(r"^\s*[\w.]*(Error|Exception|Interrupt)\b")
 VALIDATION_RE = re.compile(r"val|valid|test|eval|dev", re.I)
 DROPPED_ENV = ("TRAINEE_", "OPENAI_", "ANTHROPIC_", "MOONSHOT_", "LLM_PROVIDER", "VIRTUAL_ENV")
 
@@ -212,15 +213,19 @@ def fresh_copy(project: Project, src: Path, dest: Path) -> Path:
 # ---------------------------------------------------------------- patches
 
 
-def patch_sections(text: str) -> dict[str, str]:
-    """The unified diff split per file: {'.trainee/project.yaml': '--- ...', ...}."""
-    sections: dict[str, str] = {}
+def patch_sections(text: str) -> tuple[list[str], list[str]]:
+    """The unified diff split per file, in two stages: the sections before the first
+    tuning.yaml one (or the first repeated file) are applied before `trainee prepare`
+    (project.yaml edits that discovery reads: the command, fixed args), the others
+    after it (tuning.yaml edits, and a second project.yaml section: edits a user makes
+    once the tunables are there)."""
+    sections: list[tuple[str, str]] = []
     current: list[str] | None = None
     name = ""
     for line in text.splitlines(keepends=True):
         if line.startswith("--- "):
             if current is not None:
-                sections[name] = "".join(current)
+                sections.append((name, "".join(current)))
             current = [line]
             name = ""
         elif line.startswith("+++ ") and current is not None and not name:
@@ -230,8 +235,17 @@ def patch_sections(text: str) -> dict[str, str]:
         elif current is not None:
             current.append(line)
     if current is not None:
-        sections[name] = "".join(current)
-    return sections
+        sections.append((name, "".join(current)))
+    before: list[str] = []
+    after: list[str] = []
+    seen: set[str] = set()
+    for name, section in sections:
+        if after or name == ".trainee/tuning.yaml" or name in seen:
+            after.append(section)
+        else:
+            before.append(section)
+        seen.add(name)
+    return before, after
 
 
 def count_edits(text: str) -> tuple[int, int, int]:
@@ -262,7 +276,10 @@ def apply_section(section: str, project_dir: Path, log: Path) -> bool:
 
 
 def save_patch(name: str, cache: Path) -> None:
-    base = cache / "runs" / "latest" / name
+    found = sorted(p for p in (cache / "runs").glob(f"2*/{name}") if (p / "orig").is_dir())
+    if not found:
+        raise SystemExit(f"no run of {name} in {cache / 'runs'}: run --stop-after prepare first")
+    base = found[-1]  # the newest run of that project
     project = BY_NAME[name]
     project_dir = (base / "work" / project.root).resolve()
     orig = base / "orig"
@@ -321,12 +338,16 @@ def describe_proposals(project: Project, proj: Any, tuning: Any, res: Result) ->
     res.output = "; ".join(outs) if outs else "none"
 
     fixed = (proj.get("run") or {}).get("fixed_args") or []
-    res.limit = ", ".join(f"{a.get('flag')} {a.get('value')}" for a in fixed) or "none"
+    limits = [a for a in fixed if "{outputs_dir}" not in str(a.get("value", ""))]
+    res.limit = ", ".join(f"{a.get('flag')} {a.get('value')}" for a in limits) or "none"
 
     specs = (proj.get("metrics") or {}).get("specs") or []
     if specs:
         first = specs[0]
-        kind = "val" if VALIDATION_RE.search(str(first.get("name", ""))) else "TRAIN"
+        name = str(first.get("name", ""))
+        kind = "val" if VALIDATION_RE.search(name) else "other"
+        if re.search(r"train", name, re.I) or name in ("loss", "total_loss"):
+            kind = "TRAIN"
         res.metric = f"{first.get('name')} [{first.get('source')}, {first.get('goal')}] ({kind})"
         if len(specs) > 1:
             res.metric += f" +{len(specs) - 1}"
@@ -365,8 +386,9 @@ def describe_session(project_dir: Path, run_log: Path, rc: int | None, res: Resu
         if best:
             res.outcome += f", values {best}"
     for r in rounds:
-        tail = r.get("failure_tail") or []
-        why = tail[-1] if tail else "; ".join(r.get("warnings") or [])
+        tail = [str(line) for line in r.get("failure_tail") or []]
+        errors = [line for line in tail if ERROR_RE.search(line)]
+        why = (errors or tail or ["; ".join(r.get("warnings") or [])])[-1]
         if r.get("status") != "completed" or r.get("warnings"):
             res.notes.append(
                 f"round {r.get('index')} {r.get('status')}: {why[:300]} "
@@ -422,14 +444,12 @@ def run_project(
     proj = read_yaml(project_dir / ".trainee" / "project.yaml")
 
     patch = PATCHES / f"{project.name}.patch"
-    sections = patch_sections(patch.read_text()) if patch.is_file() else {}
+    before, after = patch_sections(patch.read_text()) if patch.is_file() else ([], [])
     plus, budget, minus = count_edits(patch.read_text()) if patch.is_file() else (0, 0, 0)
     res.edited = f"{plus} ({budget} budget), -{minus}"
     patch_log = logs / "patch.txt"
-    if ".trainee/project.yaml" in sections and not apply_section(
-        sections[".trainee/project.yaml"], project_dir, patch_log
-    ):
-        res.edited += " (project.yaml patch FAILED)"
+    if not all([apply_section(section, project_dir, patch_log) for section in before]):
+        res.edited += " (patch before prepare FAILED)"
 
     step("prepare", [t, "prepare", "--skip-provider-test"])
     shutil.copy(project_dir / ".trainee" / "tuning.yaml", orig / "tuning.yaml")
@@ -437,10 +457,8 @@ def run_project(
     entry = res.entrypoint
     describe_proposals(project, proj, tuning, res)
     res.entrypoint = entry
-    if ".trainee/tuning.yaml" in sections and not apply_section(
-        sections[".trainee/tuning.yaml"], project_dir, patch_log
-    ):
-        res.edited += " (tuning.yaml patch FAILED)"
+    if not all([apply_section(section, project_dir, patch_log) for section in after]):
+        res.edited += " (patch after prepare FAILED)"
     if args.stop_after == "prepare":
         res.outcome = f"stopped after prepare: edit {project_dir}/.trainee/ then --save-patch"
         return res
@@ -462,7 +480,8 @@ def run_project(
 
     rc = step("dry-run", [t, "run", "--dry-run"])
     dry = log_text(Path(res.steps[-1].log)).splitlines()
-    res.dry_run = f"rc={rc}; " + (dry[2] if len(dry) > 2 else " ".join(dry[-3:]))
+    commands = [line for line in dry[1:] if line and not line.startswith(("#", "$ "))]
+    res.dry_run = f"rc={rc}; " + (commands[0] if commands else " ".join(dry[-3:]))
 
     argv = [t, "run", "--policy", "tpe", "--max-rounds", "3"]
     rc = step("run", argv, timeout=args.session_minutes * 60)

@@ -49,6 +49,8 @@ class Terminal:
             try:
                 fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
                 os.chdir(cwd)
+                env = {**env, "TERM": "xterm-256color", "COLUMNS": str(COLS), "LINES": str(ROWS)}
+                env.pop("NO_COLOR", None)
                 os.execve(sys.executable, [sys.executable, "-m", "trainee", *argv], env)
             finally:
                 os._exit(127)

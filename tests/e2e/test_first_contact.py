@@ -151,6 +151,16 @@ def test_output_flag_failed_baseline_dry_run_numbering_and_doctor(
     assert second["session"]["status"] == "finished"
     assert second["rounds"][0]["primary_metric"] == pytest.approx(0.57)
 
+    # the failed session, resumed after the fix, starts again from a baseline
+    resumed = run_cli("run", str(root), "--resume", "session-0001", "--max-rounds", "2",
+                      env=daemon.env, timeout=120)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    rounds = session(daemon, root, "session-0001")["rounds"]
+    assert [(r["status"], r["verdict"], r["diff"]) for r in rounds] == [
+        ("failed", "rejected", {}),
+        ("completed", "baseline", {}),
+    ]
+
     # 4. doctor reads that coloured, \r-rewritten log as the runtime did; --policy tpe
     # needs no provider (none is configured here)
     doctor = daemon.cli("doctor", str(root), "--policy", "tpe", "--json")

@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.fakes.llm_server import FakeLLM
+from trainee.llm.client import close_clients
 from trainee.llm.settings import load_settings
 from trainee.research.decision import params_diff
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts
@@ -208,7 +209,14 @@ def test_an_llm_plan_breaking_a_constraint_is_repaired_with_the_constraint_named
         policy = LlmPolicy(
             load_settings(env, tmp_path / "config.json"), parts, constraints=spec.constraints
         )
-        proposal = anyio.run(policy.propose, state, spec.tunables, base)
+
+        async def decide() -> Any:
+            try:
+                return await policy.propose(state, spec.tunables, base)
+            finally:
+                await close_clients()  # litellm's HTTP clients belong to this loop
+
+        proposal = anyio.run(decide)
         requests = fake.requests
     assert proposal.repaired and proposal.plan.params == {"hidden": 96}
     assert proposal.problems == [

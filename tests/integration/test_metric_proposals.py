@@ -51,3 +51,24 @@ def test_proposed_specs_read_a_real_run(
     assert result.missing_required == [] and result.primary == primary
     assert set(result.finals) >= {p.name for p in report.proposals}, (report.proposals, out)
     assert result.finals[primary] == float(re.findall(last, out)[-1])
+
+
+def test_a_summary_csv_column_is_read_below_the_outputs_folder(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    shutil.copytree(REPO / "tests" / "projects" / "timm_style", root)
+    report = propose_metrics(root, scan_python_file(root, "train.py"))
+    assert [(p.name, p.source, p.path) for p in report.proposals] == [
+        ("eval_loss", "csv", "{outputs_dir}/**/summary.csv"),
+        ("eval_top1", "csv", "{outputs_dir}/**/summary.csv"),
+    ]
+    outputs = tmp_path / "outputs"  # what output.flag --output receives in a round
+    subprocess.run(
+        [sys.executable, "train.py", "--output", str(outputs)], cwd=root, check=True, timeout=120
+    )
+    specs = [p.to_spec(required=i == 0) for i, p in enumerate(report.proposals)]
+    extractor = Extractor(specs, placeholders={"outputs_dir": str(outputs)}, project_root=str(root))
+    extractor.read_files()
+    finals = extractor.result().finals
+    rows = (outputs / "run" / "summary.csv").read_text().splitlines()
+    last = dict(zip(rows[0].split(","), rows[-1].split(","), strict=True))
+    assert finals == {"eval_loss": float(last["eval_loss"]), "eval_top1": float(last["eval_top1"])}

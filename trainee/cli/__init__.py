@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 import trainee
-from trainee import paths
+from trainee import ids, paths
 from trainee.policies import POLICIES
 
 TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
@@ -64,7 +64,7 @@ PORT_HELP = (
     f"HTTP port (default ${paths.HTTP_PORT_ENV}, else {paths.DEFAULT_HTTP_PORT}; "
     "a port asked for that is taken is an error, the default gives way to a free one)"
 )
-SESSION_HELP = "session id, e.g. session-0001"
+SESSION_HELP = "session id: session-0001, 0001 or 1"
 PROJECT_HELP = "the session's project (default: the current folder's)"
 
 
@@ -89,6 +89,26 @@ def _at_least_one(option: str) -> Callable[[str], int]:
 
 class _OptionError(argparse.ArgumentTypeError):
     """A value check whose message names the option itself (no "argument X:" prefix)."""
+
+
+def _session_id(option: str) -> Callable[[str], str]:
+    """An argparse type: ``1``, ``0001`` or ``session-0001``, as ``session-0001``."""
+
+    def convert(text: str) -> str:
+        try:
+            return ids.canonical_session(text)
+        except ids.IdError as exc:
+            raise _OptionError(f"{option}: {exc.message}") from None
+
+    return convert
+
+
+def _round_number(text: str) -> int:
+    """An argparse type: ``2``, ``0002`` or ``round-0002``, as 2."""
+    try:
+        return ids.parse_round(text)
+    except ids.IdError as exc:
+        raise _OptionError(f"ROUND: {exc.message}") from None
 
 
 def _close(word: str, candidates: Sequence[str]) -> str | None:
@@ -255,8 +275,8 @@ def build_parser(only: str | None = None) -> Parser:
     p.add_argument(
         "--limit",
         type=_at_least_one("--limit"),
-        default=32,
-        help="at most N suggestions (default 32)",
+        default=None,
+        help="at most N suggestions (default 16)",
     )
 
     p = add("doctor")
@@ -300,6 +320,7 @@ def build_parser(only: str | None = None) -> Parser:
     p.add_argument(
         "--resume",
         metavar="SESSION_ID",
+        type=_session_id("--resume"),
         default=None,
         help="continue a stopped or failed session from where it ended",
     )
@@ -319,12 +340,16 @@ def build_parser(only: str | None = None) -> Parser:
 
     p = add("stop")
     p.add_argument(
-        "session", nargs="?", default=None, help=SESSION_HELP + " (default: the running one)"
+        "session",
+        nargs="?",
+        type=_session_id("SESSION"),
+        default=None,
+        help=SESSION_HELP + " (default: the running one)",
     )
     p.add_argument("--project-root", default=None, help=PROJECT_HELP)
 
     p = add("attach")
-    p.add_argument("session", help=SESSION_HELP)
+    p.add_argument("session", type=_session_id("SESSION"), help=SESSION_HELP)
     p.add_argument("--project-root", default=None, help=PROJECT_HELP)
     p.add_argument(
         "--full-output", action="store_true", help="print every line of the job's output"
@@ -334,18 +359,18 @@ def build_parser(only: str | None = None) -> Parser:
     p.add_argument(
         "-f", "--follow", action="store_true", help="follow round after round until the end"
     )
-    p.add_argument("session", help=SESSION_HELP)
+    p.add_argument("session", type=_session_id("SESSION"), help=SESSION_HELP)
     p.add_argument(
         "round",
         nargs="?",
-        type=_at_least_one("ROUND"),
+        type=_round_number,
         default=None,
         help="round number (default: the latest)",
     )
     p.add_argument("--project-root", default=None, help=PROJECT_HELP)
 
     p = add("report")
-    p.add_argument("session", help=SESSION_HELP)
+    p.add_argument("session", type=_session_id("SESSION"), help=SESSION_HELP)
     p.add_argument(
         "--output", default=None, metavar="FILE", help="also write the Markdown report here"
     )

@@ -28,7 +28,7 @@ from trainee import errors
 from trainee.cli import daemon_client
 from trainee.cli.output import (
     MISSING,
-    fmt_best_vs_baseline,
+    fmt_change,
     fmt_duration,
     fmt_value,
     print_json,
@@ -131,16 +131,16 @@ class Progress:
         rounds = ",".join(str(i) for i in shown) or MISSING
         parts = [f"round {rounds}/{total}", fmt_duration(now - self.started_at)]
         name = self.metric or "metric"
-        if self.baseline is None and self.best is None:
+        if self.best is None:
             parts.append("no baseline yet")
+        elif self.baseline is None or self.best == self.baseline:
+            parts.append(f"best {name} {fmt_value(self.best[1])} (the baseline)")
         else:
-            best = self.best[1] if self.best else None
-            base = self.baseline[1] if self.baseline else None
-            same = (
-                self.best is not None and self.baseline is not None and self.best == self.baseline
+            (index, best), base = self.best, self.baseline[1]
+            parts.append(
+                f"best {name} {fmt_value(best)} (round {index}) vs baseline {fmt_value(base)} "
+                f"({fmt_change(best, base)})"
             )
-            where = f" (round {self.best[0]})" if self.best and not same else ""
-            parts.append(f"best {name} {fmt_best_vs_baseline(best, base, same_round=same)}{where}")
         if self.active and self.latest:
             now_metrics = "  ".join(
                 f"{n}={fmt_value(v)}" + (f"@{s}" if s is not None else "")
@@ -434,10 +434,9 @@ class LiveView:
             self.say(f"stopped by the {self.policy_name(d)}: {d['stop_detail']}", "cyan")
         best, base = d.get("best_metric"), d.get("baseline_metric")
         if best is not None and base is not None:
-            change = (best - base) / abs(base) * 100 if base else 0.0
             self.say(
                 f"best: round {d.get('best_round')} {d.get('metric_name')}={fmt_value(best)} "
-                f"(baseline {fmt_value(base)}, {change:+.1f}%)",
+                f"(baseline {fmt_value(base)}, {fmt_change(best, base)})",
                 "bold green",
             )
             self.say(f"best params: {d.get('best_params')}")
@@ -476,12 +475,9 @@ def exit_status(finished: dict[str, Any], *, interrupted: bool) -> int:
 
 def stop_hint(session: str, project_root: str | None) -> str:
     """The command that stops ``session``, with ``--project-root`` unless it is the cwd's."""
-    import os
-    import shlex
+    from trainee.cli.commands.project import project_option
 
-    here = os.path.realpath(os.getcwd())
-    where = "" if project_root in (None, here) else f" --project-root {shlex.quote(project_root)}"
-    return f"trainee stop {session}{where}"
+    return f"trainee stop {session}{project_option(project_root)}"
 
 
 def watch_session(

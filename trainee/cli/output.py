@@ -139,8 +139,13 @@ def fmt_best_vs_baseline(
         return f"{fmt_value(baseline)} (baseline)"
     if baseline is None:
         return fmt_value(best)
-    change = (best - baseline) / abs(baseline) * 100 if baseline else 0.0
-    return f"{fmt_value(best)} vs {fmt_value(baseline)} ({change:+.1f}%)"
+    return f"{fmt_value(best)} vs {fmt_value(baseline)} ({fmt_change(best, baseline)})"
+
+
+def fmt_change(value: float, baseline: float) -> str:
+    """The relative change from the baseline: ``-14.2%``."""
+    change = (value - baseline) / abs(baseline) * 100 if baseline else 0.0
+    return f"{change:+.1f}%"
 
 
 def render_table(title: str, columns: list[str], rows: list[list[str]]) -> None:

@@ -124,7 +124,7 @@ def _convert(node: ast.AST, rename: dict[str, str]) -> _Expr:
     if isinstance(node, ast.Constant):
         value = node.value
         if isinstance(value, bool):
-            return _Expr("true" if value else "false", [], 7)
+            return _Expr("True" if value else "False", [], 7)
         if isinstance(value, int | float):
             return _Expr(repr(value), [], 7)
         if isinstance(value, str) and "'" not in value and "\\" not in value:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -318,11 +319,21 @@ def _delete(data: dict[str, Any], key: str) -> None:
 
 
 def compose_hydra(
-    root: Path | str, ep: Entrypoint, overrides: Sequence[str] = ()
+    root: Path | str,
+    ep: Entrypoint,
+    overrides: Sequence[str] = (),
+    *,
+    use_library: bool = True,
 ) -> HydraConfig | None:
     """The config a run of the Hydra entrypoint ``ep`` composes with ``overrides``
     (``model=mlp``, ``trainer.max_epochs=3``); None when it has no primary config
-    inside the project."""
+    inside the project.
+
+    With hydra-core installed (the ``hydra`` extra) and ``use_library``, Hydra's own
+    compose API builds ``data`` and ``groups`` (interpolations unresolved); when it is
+    missing or cannot compose the config (a structured config registered from Python,
+    say), the static composer below does, and a note says why. ``sources`` always
+    come from the static reading."""
     root_path = Path(root).resolve()
     found = hydra_primary(root_path, ep)
     if found is None:
@@ -362,8 +373,15 @@ def compose_hydra(
             _set(composer.data, key, _parse_scalar(value))
             composer.sources[key] = "<override>"
         applied.append(f"{op}{key}={value}" if op != "~" else f"~{key}")
+    data, groups = composer.data, composer.groups
+    if use_library:
+        composed = _library_compose(conf_dir, primary.name, overrides)
+        if isinstance(composed, str):
+            composer.notes.append(composed)
+        elif composed is not None:
+            data, groups = composed
     group_options: dict[str, list[str]] = {}
-    for group in composer.groups:
+    for group in groups:
         folder = conf_dir / group
         if folder.is_dir():
             group_options[group] = sorted(
@@ -372,13 +390,71 @@ def compose_hydra(
     return HydraConfig(
         config_dir=conf_dir.relative_to(root_path).as_posix() or ".",
         primary=primary.relative_to(root_path).as_posix(),
-        data=composer.data,
-        groups=composer.groups,
+        data=data,
+        groups=groups,
         group_options=group_options,
         sources=composer.sources,
         overrides=[*(f"{g}={o}" for g, o in choices.items()), *applied],
         notes=composer.notes,
     )
+
+
+_LIBRARY_LOCK = threading.Lock()
+"""Hydra's compose API keeps one global instance: one composition at a time."""
+_KEPT_HYDRA_KEYS = ("run", "sweep", "job")
+
+
+def _quote(override: str) -> str:
+    """``key={outputs_dir}/x`` -> ``key='{outputs_dir}/x'``: trainee's placeholders are
+    no Hydra syntax; quoted they are a plain string."""
+    key, eq, value = override.partition("=")
+    if eq and ("{" in value or "$" in value) and "'" not in value and "${" not in value:
+        return f"{key}='{value}'"
+    return override
+
+
+def _library_compose(
+    conf_dir: Path, name: str, overrides: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, str | None]] | str | None:
+    """(data, group choices) from hydra-core's compose API; None when hydra-core is not
+    installed, a note when it cannot compose this config."""
+    try:
+        from hydra import compose, initialize_config_dir
+        from hydra.core.global_hydra import GlobalHydra
+        from omegaconf import OmegaConf
+    except ImportError:
+        return None
+    with _LIBRARY_LOCK:
+        GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+                cfg = compose(
+                    config_name=name.rsplit(".", 1)[0],
+                    overrides=[_quote(o) for o in overrides],
+                    return_hydra_config=True,
+                )
+            plain = OmegaConf.to_container(cfg, resolve=False)
+        except Exception as exc:  # hydra raises many kinds for a config it cannot compose
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            return f"hydra-core could not compose {name} ({type(exc).__name__}: {first}); read statically"
+        finally:
+            GlobalHydra.instance().clear()
+    if not isinstance(plain, dict):
+        return None
+    data: dict[str, Any] = {str(k): v for k, v in plain.items()}
+    node = data.pop("hydra", None)
+    hydra_node = node if isinstance(node, dict) else {}
+    runtime = hydra_node.get("runtime")
+    raw = runtime.get("choices") if isinstance(runtime, dict) else None
+    groups: dict[str, str | None] = {
+        str(k): (None if v is None else str(v))
+        for k, v in (raw or {}).items()
+        if not str(k).startswith("hydra/")
+    }
+    kept = {k: hydra_node[k] for k in _KEPT_HYDRA_KEYS if k in hydra_node}
+    if kept:
+        data["hydra"] = kept
+    return data, groups
 
 
 def hydra_overrides(project: ProjectFileSpec, ep: Entrypoint | None = None) -> list[str]:

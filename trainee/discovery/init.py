@@ -567,6 +567,7 @@ class _Plan:
     config_style: str | None = None
     limits: list[LimitFlag] = field(default_factory=list)
     launch_args: list[tuple[ArgSpec, str]] = field(default_factory=list)
+    launch_env: list[tuple[str, str, str]] = field(default_factory=list)
     docs_limits: list[ArgSpec] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -602,6 +603,9 @@ _MACHINE_FLAG = re.compile(
 )
 """Flags of the docs' command that depend on the machine it ran on (GPU, precision,
 logging services), left out of launch.args."""
+_FULLY_KNOWN = ("argparse", "click", "typer", "configurator", "jsonargparse")
+"""Frameworks whose every option discovery reads (HfArgumentParser and LightningCLI
+options partly live in the library)."""
 _UNRESOLVED = re.compile(r"[$<>{}`*]|\.\.\.")
 
 
@@ -659,6 +663,9 @@ def _docs_command(root: Path, ep: Entrypoint) -> _DocsCommand:
             continue
         if _MACHINE_FLAG.match(normalize_name(flag)):
             out.dropped.append(f"{shown} (depends on the machine)")
+            continue
+        if option is None and ep.options and ep.framework in _FULLY_KNOWN:
+            out.dropped.append(f"{shown} (not an option of {ep.path})")
             continue
         parsed = parse_value(val) if val is not None else None
         if not isinstance(parsed, int | float | str) and val is not None:
@@ -790,10 +797,19 @@ def has_cuda() -> bool:
 def _machine_args(ep: Entrypoint, options: list[Any]) -> list[tuple[ArgSpec, str]]:
     """Constant arguments this machine needs: on a machine without a GPU, a device
     option defaulting to CUDA gets ``cpu`` (and a configurator's ``compile = True``
-    gets False: torch.compile needs a compiler toolchain and is slow to start)."""
-    if has_cuda():
-        return []
+    gets False: torch.compile needs a compiler toolchain and is slow to start); a Hugging
+    Face Trainer gets ``--report_to none`` (else it reports to every integration
+    installed, which may write into the project)."""
     out: list[tuple[ArgSpec, str]] = []
+    if ep.framework == "hf_argparser" and any(o.dest == "report_to" for o in options):
+        out.append(
+            (
+                ArgSpec(flag="--report_to", value="none"),
+                "the Trainer otherwise reports to every installed integration (mlflow, wandb...)",
+            )
+        )
+    if has_cuda():
+        return out
     for o in options:
         leaf = normalize_name(o.dest).rsplit(".", 1)[-1]
         default = o.default
@@ -820,6 +836,26 @@ def _machine_args(ep: Entrypoint, options: list[Any]) -> list[tuple[ArgSpec, str
     return out
 
 
+_MLFLOW = re.compile(r"^\s*(?:import\s+mlflow|from\s+mlflow\b)", re.M)
+
+
+def _tracking_env(root: Path, ep: Entrypoint) -> list[tuple[str, str, str]]:
+    """``launch.env`` entries that keep an experiment tracker's files in the round: MLflow
+    writes ./mlruns (or mlflow.db) into the working directory, which guarded rounds
+    cannot write."""
+    try:
+        text = (root / ep.path).read_text(encoding="utf-8", errors="replace")[: 1 << 20]
+    except OSError:
+        return []
+    if not _MLFLOW.search(text) or "set_tracking_uri" in text:
+        return []
+    why = f"{ep.path} uses MLflow: its runs go into the round's outputs, not ./mlruns"
+    return [
+        ("MLFLOW_TRACKING_URI", "file:{outputs_dir}/mlruns", why),
+        ("MLFLOW_ALLOW_FILE_STORE", "true", "recent MLflow refuses a file store without it"),
+    ]
+
+
 def _plan_run(root: Path, ep: Entrypoint, plan: _Plan) -> None:
     """Hydra style, the output flag and the pinned budget of ``plan``'s command."""
     constant = [a for a, _ in plan.launch_args]
@@ -840,6 +876,7 @@ def _plan_run(root: Path, ep: Entrypoint, plan: _Plan) -> None:
             )
         else:
             plan.notes.extend(view.hydra.notes)
+    plan.launch_env = _tracking_env(root, ep)
     given = {a.flag for a in constant} | set(set_in_command)
     for arg, why in _machine_args(ep, view.options):
         if arg.flag not in given and normalize_name(arg.flag) not in given:
@@ -1083,6 +1120,10 @@ def _render_project_yaml(plan: _Plan) -> str:
             f"  config_style: {plan.config_style}"
             + _comment("a @hydra.main app: overrides are key=value")
         )
+    if plan.launch_env:
+        out.append("  env:")
+        for env_name, env_value, why in plan.launch_env:
+            out.append(f"    {env_name}: {_scalar(env_value)}{_comment(why)}")
     if plan.launch_args:
         out.append("  args:")
         for arg, why in plan.launch_args:
@@ -1191,6 +1232,7 @@ def _expected(plan: _Plan) -> ProjectFileSpec:
             arg_style=ArgStyle(plan.arg_style) if plan.arg_style else ArgStyle.SPACE,
             config_style=ConfigStyle(plan.config_style or "flag"),
             args=tuple(a for a, _ in plan.launch_args),
+            env={name: value for name, value, _ in plan.launch_env},
         ),
         run=RunSpec(
             max_rounds=3,

@@ -941,10 +941,10 @@ def _lightning(modules: list[SourceModule]) -> tuple[list[_Known], list[str]]:
                     in_table = ("test" in tables and split == "test") or (
                         "validate" in tables and split == "validation"
                     )
-                    if flags.get("prog_bar") is not True and not in_table:
-                        hidden.append(key)
-                        continue
                     both = flags.get("on_step") is True and flags.get("on_epoch") is not False
+                    if flags.get("prog_bar") is not True and not in_table:
+                        hidden.append(f"{key}_epoch" if both else key)  # the logger's tag
+                        continue
                     suffix = "(?:_epoch)?" if both else ""
                     where = (
                         "the progress bar" if flags.get("prog_bar") is True else "the final table"
@@ -968,7 +968,7 @@ def _lightning(modules: list[SourceModule]) -> tuple[list[_Known], list[str]]:
 
 
 _LIGHTNING_SCAN = 400
-"""Files looked at for a LightningModule the entrypoint does not import (a Hydra app
+"""Files looked at for a LightningModule when the entrypoint imports none (a Hydra app
 names it by ``_target_`` only)."""
 
 
@@ -1000,6 +1000,47 @@ def _lightning_modules(root: Path, known: list[SourceModule]) -> list[SourceModu
                 and "self.log" in module.text
             ):
                 out.append(module)
+    return out
+
+
+def _defines_lightning_module(module: SourceModule) -> bool:
+    return any(
+        isinstance(node, ast.ClassDef)
+        and any(_dotted(b).rsplit(".", 1)[-1] == "LightningModule" for b in node.bases)
+        for node in ast.walk(module.tree)
+    )
+
+
+def _calls_named(modules: list[SourceModule], name: str) -> str:
+    """``file:line`` of the first call of ``name`` in the code, else ""."""
+    for module in modules:
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Call) and _call_name(node).rsplit(".", 1)[-1] == name:
+                return f"{module.rel}:{node.lineno}"
+    return ""
+
+
+def _lightning_event_specs(tags: list[str], where: str) -> list[MetricProposal]:
+    """Keys a LightningCLI app logs only to its logger: TensorBoard event files below
+    ``--trainer.default_root_dir`` (which output.flag points at the round's outputs)."""
+    out: list[MetricProposal] = []
+    for tag in dict.fromkeys(tags):
+        goal, split = metric_goal(tag), metric_split(tag)
+        if goal is None or split == "train":
+            continue
+        out.append(
+            MetricProposal(
+                name=_name(tag.removesuffix("_epoch")),
+                source=MetricSource.TENSORBOARD.value,
+                key_or_pattern=tag,
+                goal=goal,
+                split=split,
+                reason=f"Lightning logs {tag!r} to its logger only (no prog_bar=True); "
+                "LightningCLI writes it below --trainer.default_root_dir",
+                where=where,
+                path="{outputs_dir}/lightning_logs/version_*",
+            )
+        )
     return out
 
 
@@ -1039,6 +1080,95 @@ def _calls_method(modules: list[SourceModule], method: str) -> bool:
         for module in modules
         for node in ast.walk(module.tree)
     )
+
+
+_TIMM_SUMMARY = ("eval_top1", "eval_loss", "eval_top5")
+"""The columns timm's ``update_summary`` writes for its evaluation (``eval_`` + the
+validate() metrics), besides ``epoch``, ``train_loss`` and ``lr``."""
+
+
+def _csv_columns(modules: list[SourceModule]) -> list[MetricProposal]:
+    """Columns of CSV summaries the code writes, read with the ``csv`` source: a
+    ``csv.DictWriter`` with literal field names (or the keys of a dict literal), a
+    literal header row, timm's ``update_summary``. The file is looked for below the
+    round's outputs folder (``{outputs_dir}/**/<name>.csv``)."""
+    out: list[MetricProposal] = []
+    for module in modules:
+        for _, body in _scopes(module.tree):
+            names = _assigned_strings(body)
+            files = [
+                n.value.rsplit("/", 1)[-1]
+                for n in _walk_scope(body)
+                if isinstance(n, ast.Constant)
+                and isinstance(n.value, str)
+                and n.value.endswith(".csv")
+            ]
+            for node in _walk_scope(body):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = _call_name(node).rsplit(".", 1)[-1]
+                columns: list[str] = []
+                what = ""
+                if name == "update_summary":
+                    columns, what = list(_TIMM_SUMMARY), "timm's update_summary"
+                    files = files or ["summary.csv"]
+                elif name == "DictWriter":
+                    fields = next((k.value for k in node.keywords if k.arg == "fieldnames"), None)
+                    if fields is None and len(node.args) > 1:
+                        fields = node.args[1]
+                    columns, what = _field_names(fields, names), "csv.DictWriter"
+                elif (
+                    name == "writerow"
+                    and node.args
+                    and isinstance(node.args[0], ast.List | ast.Tuple)
+                ):
+                    texts = [_const_str(e) for e in node.args[0].elts]
+                    if texts and all(texts):
+                        columns, what = [t for t in texts if t], "a csv header row"
+                if not columns or not files:
+                    continue
+                for column in columns:
+                    goal = metric_goal(column)
+                    split = metric_split(column)
+                    if goal is None or split == "train" or not re.fullmatch(r"[\w./\-]+", column):
+                        continue
+                    out.append(
+                        MetricProposal(
+                            name=_name(column),
+                            source=MetricSource.CSV.value,
+                            key_or_pattern=column,
+                            goal=goal,
+                            split=split,
+                            reason=f"{module.rel}:{node.lineno} writes column {column!r} of "
+                            f"{files[0]} ({what})",
+                            where=f"{module.rel}:{node.lineno}",
+                            path="{outputs_dir}/**/" + files[0],
+                        )
+                    )
+    return out
+
+
+def _field_names(node: ast.AST | None, names: dict[str, list[ast.AST]]) -> list[str]:
+    """Literal field names: a list, or the keys of a dict literal (``row.keys()``)."""
+    if node is None:
+        return []
+    if isinstance(node, ast.List | ast.Tuple):
+        texts = [_const_str(e) for e in node.elts]
+        return [t for t in texts if t] if all(texts) else []
+    target = node
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "keys"
+    ):
+        target = node.func.value
+    elif isinstance(node, ast.Call) and _call_name(node) == "list" and node.args:
+        target = node.args[0]
+    for d in _dicts(target, names):
+        keys = [_const_str(k) if k is not None else None for k in d.keys]
+        if keys and all(keys):
+            return [k for k in keys if k]
+    return []
 
 
 def _keras(modules: list[SourceModule], imported: set[str]) -> list[_Known]:
@@ -1125,15 +1255,22 @@ def propose_metrics(
                     selection=cand.selection,
                 )
             )
+    found += _csv_columns(modules)
     imported = _imports(modules)
     known: list[_Known] = []
     if "transformers" in imported or "trl" in imported:
         known += _hf_trainer(modules)
     if imported & {"lightning", "pytorch_lightning"}:
-        lit, logged = _lightning([*modules, *_lightning_modules(root_path, modules)])
+        own = any(_defines_lightning_module(m) for m in modules)
+        extra = [] if own else _lightning_modules(root_path, modules)
+        lit, logged = _lightning([*modules, *extra])
         known += lit
-        hidden = [k for k in logged if _name(k) not in {x.name for x in lit}]
-        if hidden:
+        shown = {x.name for x in lit}
+        hidden = [k for k in logged if _name(k.removesuffix("_epoch")) not in shown]
+        cli = _calls_named(modules, "LightningCLI")
+        if hidden and cli:
+            found += _lightning_event_specs(hidden, cli)
+        elif hidden:
             report.notes.append(
                 "Lightning logs " + ", ".join(sorted(set(hidden))[:4]) + " without prog_bar=True, "
                 "so they reach only the logger's files; add prog_bar=True to that self.log call "
@@ -1172,6 +1309,11 @@ def _rank(found: list[MetricProposal]) -> list[MetricProposal]:
         elif p.selection and not unique[p.name].selection:
             unique[p.name].selection = True
     order = list(unique.values())
+    for p in order:
+        # Keras-style ``accuracy`` beside ``val_accuracy``: the bare one is the training one
+        twins = (f"{q}_{p.name}" for q in ("val", "valid", "validation", "eval", "dev", "test"))
+        if p.split == "other" and any(t in unique for t in twins):
+            p.split = "train"
 
     def key(item: tuple[int, MetricProposal]) -> tuple[int, int, int, int]:
         i, p = item

@@ -102,11 +102,11 @@ def read_module(tree: ast.Module, text: str) -> ModuleInfo:
     imports = _imported_names(tree)
     info.choice_hints = _literal_hints(tree)
     info.metric_names = _metric_names(tree)
-    hydra = _hydra_main(tree, imports)
+    hydra = _hydra_main(tree, imports) if "hydra" in text else None
     if hydra is not None:
         info.hydra_config_path, info.hydra_config_name = hydra
     info.main_guard = _has_main_guard(tree)
-    info.relative_imports = any(
+    info.relative_imports = "from ." in text and any(
         isinstance(n, ast.ImportFrom) and n.level > 0 for n in ast.walk(tree)
     )
     info.training = bool(_TRAINING_CODE.search(text))
@@ -308,6 +308,8 @@ def _scalar_choices(value: Any) -> list[Any] | None:
 def _argparse_options(
     tree: ast.Module, consts: dict[str, Any], imports: dict[str, str], text: str
 ) -> list[EntryOption]:
+    if "add_argument" not in text:
+        return []
     calls = [
         n
         for n in ast.walk(tree)
@@ -980,6 +982,8 @@ def _hf_options(
 ) -> list[EntryOption]:
     """``HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))``: the
     fields of the module's dataclasses plus the common TrainingArguments."""
+    if "HfArgumentParser" not in text:
+        return []
     calls = [c for c in _calls_named(tree, "HfArgumentParser") if c.args]
     if not calls:
         return []
@@ -1001,6 +1005,8 @@ def _lightning_options(
 ) -> list[EntryOption]:
     """``LightningCLI(Model, DataModule)``: the Trainer's common options and the
     ``__init__`` parameters of the model and data classes defined in this module."""
+    if "LightningCLI" not in text:
+        return []
     calls = [
         c
         for c in _calls_named(tree, "LightningCLI")
@@ -1051,7 +1057,9 @@ def _jsonargparse_options(
 ) -> list[EntryOption]:
     """``jsonargparse.CLI(main)`` / ``auto_cli(main)``: the parameters of the function
     (or the class's ``__init__``) it runs."""
-    if not any(v.startswith("jsonargparse") for v in imports.values()):
+    if "jsonargparse" not in text or not any(
+        v.startswith("jsonargparse") for v in imports.values()
+    ):
         return []
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     classes = _classes(tree)

@@ -8,6 +8,7 @@ One source of truth for ``trainee init`` (what it writes to ``output.flag`` and 
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable
 
@@ -15,7 +16,7 @@ import msgspec
 
 from trainee.discovery.options import EntryOption, normalize_name
 
-__all__ = ["OutputOption", "is_output_key", "output_options"]
+__all__ = ["OutputOption", "is_output_key", "output_options", "relative_writes"]
 
 _PRIMARY = re.compile(
     r"^(?:o|out|outdir|out_dir|output|outputs|output_dir|output_directory|output_path|"
@@ -132,3 +133,77 @@ def output_options(options: Iterable[EntryOption]) -> list[OutputOption]:
     if not have_primary and out and not out[0].is_file:
         out[0].primary = True
     return out
+
+
+_WRITERS = frozenset(
+    [
+        "savefig",
+        "save_image",
+        "imsave",
+        "imwrite",
+        "to_csv",
+        "to_json",
+        "to_parquet",
+        "to_pickle",
+        "to_excel",
+        "save",
+        "savez",
+        "savez_compressed",
+        "save_pretrained",
+        "save_checkpoint",
+        "write_image",
+    ]
+)
+_FILE_WORD = re.compile(r"^[^/{$~][^\s]*\.[A-Za-z0-9]{1,8}$")
+
+
+def _relative_text(node: ast.AST) -> str | None:
+    """A relative file path written as a literal or an f-string starting with text
+    (``"model.pt"``, ``f"grid_{epoch}.png"``); None otherwise."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        text = node.value
+    elif isinstance(node, ast.JoinedStr) and node.values:
+        head = node.values[0]
+        if not (isinstance(head, ast.Constant) and isinstance(head.value, str)):
+            return None  # f"{out_dir}/x.png": the folder comes from a variable
+        text = "".join(
+            v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "{}"
+            for v in node.values
+        )
+    else:
+        return None
+    return text if _FILE_WORD.match(text.replace("{}", "0")) else None
+
+
+def relative_writes(text: str) -> list[tuple[int, str]]:
+    """(line, path) of calls in a module's source that write a file at a path relative
+    to the working directory: ``open("log.txt", "w")``, ``plt.savefig("loss.png")``,
+    ``save_image(x, f"grid_{i}.png")``, ``torch.save(m, "model.pt")``."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name == "open" and node.args:
+            mode = node.args[1] if len(node.args) > 1 else None
+            for kw in node.keywords:
+                if kw.arg == "mode":
+                    mode = kw.value
+            writes = (
+                isinstance(mode, ast.Constant)
+                and isinstance(mode.value, str)
+                and any(c in mode.value for c in "wax")
+            )
+            path = _relative_text(node.args[0]) if writes else None
+        elif name in _WRITERS:
+            path = next((p for p in map(_relative_text, node.args) if p), None)
+        else:
+            path = None
+        if path is not None:
+            out.append((node.lineno, path))
+    return sorted(out)[:20]

@@ -9,6 +9,7 @@ rows, so both always agree.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -155,9 +156,14 @@ def command_target(
     not in the project (it may be installed), or ``("other", None, None)`` when it names
     no Python script or module (a console script: the launcher check covers it)."""
     root_path = Path(root).resolve()
-    words = list(command)
     base = root_path / working_dir
+    words = [
+        w.replace("{project_root}", str(root_path)).replace("{working_dir}", str(base))
+        for w in command
+    ]
     for i, word in enumerate(words):
+        if "{" in word and "}" in word:
+            continue  # a per-round placeholder ({round_dir}...): not known before the round
         if word == "-m" and i + 1 < len(words):
             module = words[i + 1]
             if module.startswith(("torch.distributed", "accelerate")):
@@ -188,16 +194,24 @@ Verdict = tuple[Literal["pass", "warn", "fail"], str, str]
 """(status ``pass``/``warn``/``fail``, detail, fix)."""
 
 
-def _words_of(project: ProjectFileSpec) -> list[str]:
+def _words_of(project: ProjectFileSpec, root: Path | str | None = None) -> list[str]:
+    """The command's words (``advanced.shell_command`` split like a shell), with
+    ``{project_root}`` / ``{working_dir}`` filled in when ``root`` is given."""
     import shlex
 
     shell = project.advanced.shell_command
     if shell:
         try:
-            return shlex.split(shell)
+            words = shlex.split(shell)
         except ValueError:
-            return shell.split()
-    return list(project.launch.command or ())
+            words = shell.split()
+    else:
+        words = list(project.launch.command or ())
+    if root is None:
+        return words
+    top = str(Path(root).resolve())
+    base = os.path.normpath(os.path.join(top, project.advanced.working_dir))
+    return [w.replace("{project_root}", top).replace("{working_dir}", base) for w in words]
 
 
 def project_view(root: Path | str, project: ProjectFileSpec) -> RunView | None:
@@ -205,7 +219,7 @@ def project_view(root: Path | str, project: ProjectFileSpec) -> RunView | None:
     when its command runs no script or module of the project."""
     from trainee.discovery.scan import discover, entrypoint_for_command
 
-    words = _words_of(project)
+    words = _words_of(project, root)
     discovery = discover(root)
     ep = entrypoint_for_command(root, discovery, words, project.advanced.working_dir)
     if ep is None:
@@ -232,14 +246,24 @@ def check_entrypoint(root: Path | str, project: ProjectFileSpec) -> Verdict:
 
 
 def check_output(root: Path | str, project: ProjectFileSpec, mode: str) -> Verdict:
-    """Would a guarded round write into the read-only project, with nothing redirecting it?"""
+    """Would a guarded round write into the read-only project, with nothing redirecting
+    it? An output option left unredirected fails; files the entrypoint writes at
+    relative paths (``savefig("loss.png")``) warn."""
+    if mode != "guarded":
+        return "pass", "unsafe mode: the job may write anywhere it can", ""
+    view = project_view(root, project)
+    verdict = _check_output_options(project, view)
+    if verdict[0] != "pass" or view is None:
+        return verdict
+    writes = _check_relative_writes(root, project, view.entrypoint)
+    return writes if writes[0] != "pass" else verdict
+
+
+def _check_output_options(project: ProjectFileSpec, view: RunView | None) -> Verdict:
     if project.output.flag:
         return "pass", f"{project.output.flag} receives each round's outputs folder", ""
     if project.output.config_path:
         return "pass", f"output.{project.output.config_path} is set per round", ""
-    if mode != "guarded":
-        return "pass", "unsafe mode: the job may write anywhere it can", ""
-    view = project_view(root, project)
     if view is None:
         return "pass", "no entrypoint of the project is known: output not checked", ""
     ep = view.entrypoint
@@ -275,6 +299,32 @@ def check_output(root: Path | str, project: ProjectFileSpec, mode: str) -> Verdi
             fix,
         )
     return "pass", "no output option writes into the project", ""
+
+
+def _check_relative_writes(root: Path | str, project: ProjectFileSpec, ep: Entrypoint) -> Verdict:
+    """Files the entrypoint writes at paths relative to the working directory: the
+    read-only project in a guarded round, unless the command runs from a round folder."""
+    from trainee.discovery.outputs import relative_writes
+
+    shell = project.advanced.shell_command or ""
+    if re.search(r"\bcd\s+['\"]?\{(?:round_dir|outputs_dir)\}", shell):
+        return "pass", "the command runs from the round's folder", ""
+    try:
+        text = (Path(root) / ep.path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    writes = relative_writes(text[: 1 << 20])
+    if not writes:
+        return "pass", "no output option writes into the project", ""
+    shown = ", ".join(f"line {line} {path!r}" for line, path in writes[:3])
+    script = f"{{project_root}}/{ep.path}" if ep.kind == "script" else " ".join(ep.command[1:])
+    return (
+        "warn",
+        f"{ep.path} writes files relative to the working directory ({shown}): the "
+        "read-only project in a guarded round",
+        "run it from the round's folder: advanced.shell_command: 'cd {round_dir} && exec "
+        f"python {script} {{extra_args}}' (or make the code write under its output folder)",
+    )
 
 
 def check_limits(root: Path | str, project: ProjectFileSpec) -> Verdict:

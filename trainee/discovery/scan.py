@@ -360,7 +360,10 @@ def entrypoint_for_command(
     config module given as a positional word overrides the script's globals
     (``config_file`` names it).
     """
-    words = list(command)
+    top = str(Path(root).resolve())
+    base = os.path.normpath(os.path.join(top, working_dir))
+    # a shell command names the script through trainee's placeholders
+    words = [w.replace("{project_root}", top).replace("{working_dir}", base) for w in command]
     ep = _match_command(root, discovery, words, working_dir)
     if ep is None:
         return None
@@ -700,8 +703,8 @@ def _entrypoints(
                 if text is None or not _CLI_SIGNAL.search(text):
                     continue
             ep = scan_python_file(root, rel, kind="script", reason="")
-            if named and not (ep.main_guard or ep.options or ep.training or refs):
-                if any(p.lower() in _CONFIG_DIR_NAMES for p in parts[:-1]):
+            if named and not (ep.main_guard or ep.options or refs):
+                if any(p.lower() in _CONFIG_DIR_NAMES for p in parts[:-1]) and not ep.training:
                     continue  # a config module (config/train_small.py), not a script
                 named = (named[0] - 30, named[1] + " (but reads no command line)")
             elif named and not ep.options and ep.framework == "none":

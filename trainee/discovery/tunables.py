@@ -36,12 +36,13 @@ import math
 import re
 import shlex
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
+from trainee.discovery.limits import is_tied_key
 from trainee.discovery.scan import (
     Discovery,
     EntryOption,
@@ -65,6 +66,7 @@ from trainee.spec import (
     load_tuning_file,
     save_project_files,
 )
+from trainee.spec.wire import TUNABLES_LIMIT
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -81,7 +83,7 @@ __all__ = [
     "suggest_tunables_report",
 ]
 
-DEFAULT_LIMIT = 32
+DEFAULT_LIMIT = TUNABLES_LIMIT
 _MAX_CANDIDATES = 2_000
 _NAME_OK = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _PATHLIKE = re.compile(r"(^[.~]?/|/|\\|\.(?:ya?ml|json|toml|txt|csv|pt|pth|ckpt|npz|bin|h5)$)")
@@ -310,6 +312,11 @@ for _topic, _names in (
         "trainer callbacks callback experiment experiments hparams_search extras launcher",
     ),
     ("a count that switches a code path on (repeats, splits)", "repeats splits"),
+    ("credentials", "auth credential credentials password"),
+    (
+        "data loading or preprocessing (rounds would see different data)",
+        "streaming tokenizer linebreaks preprocessing preprocess",
+    ),
     ("diagnostics", "verbose verbosity debug quiet print progress tqdm profile profiler"),
     (
         "evaluation (a fixed measurement, not a training knob)",
@@ -363,6 +370,11 @@ def _excluded_name(name: str) -> str | None:
     key = normalize_name(name).rsplit(".", 1)[-1]
     family = _family(key)
     if is_limit_name(key):
+        if is_tied_key(key):
+            return (
+                "a schedule length tied to the training budget (warmup, decay length); "
+                "pinned with it in run.fixed_args, never tuned"
+            )
         return "a training budget (epochs/steps); keep it in run.fixed_args so rounds compare"
     if is_data_option(key):
         return "the data location"
@@ -538,6 +550,7 @@ class _Candidate:
     declared: str | None = None  # the option's type, for flags
     option: EntryOption | None = None
     name_hint: str | None = None
+    override_prefix: str = ""  # "++" for a key that a group choice may remove or add
 
 
 @dataclass
@@ -546,6 +559,7 @@ class _Context:
     override_keys: dict[str, str]  # dotted key -> where
     output_key: str | None
     equals_style: bool
+    group_choices: dict[str, str] = field(default_factory=dict)
 
 
 def _context(project: ProjectFileSpec) -> _Context:
@@ -606,14 +620,26 @@ def suggest_tunables_report(
     hints = entrypoint.choice_hints if entrypoint else {}
     if baseline is not None:
         candidates += _config_candidates(root_path, baseline, hints, notes)
-    elif entrypoint is not None and entrypoint.hydra_config_name:
-        candidates += _hydra_candidates(root_path, entrypoint, hints, notes)
+    elif entrypoint is not None and (
+        entrypoint.hydra_config_name is not None or entrypoint.hydra_config_path is not None
+    ):
+        candidates += _hydra_candidates(root_path, entrypoint, hints, notes, project, ctx)
     if entrypoint is not None:
         candidates += _flag_candidates(entrypoint, ctx)
     suggestions: list[tuple[tuple[int, int], Suggestion]] = []
     config_leaves = {normalize_name(c.leaf) for c in candidates if c.source != "flag"}
+    off = _off_switches(candidates)
+    specs = project.metrics.specs
+    primary = specs[0].name if specs else "loss"
+    loss_primary = bool(re.search(r"loss|nll|ppl|perplexity", primary.lower()))
     for cand in candidates[:_MAX_CANDIDATES]:
-        why = _exclusion(cand, ctx)
+        why = _exclusion(cand, ctx) or _behind_off_switch(cand, off)
+        if why is None and loss_primary and _family(cand.leaf) == "label_smoothing":
+            why = (
+                f"label smoothing changes how the loss is computed, so the primary metric "
+                f"'{primary}' of rounds would not compare; tune it with an accuracy-like "
+                "primary metric"
+            )
         if why is None and cand.source == "flag" and normalize_name(cand.leaf) in config_leaves:
             why = f"the config also has '{cand.leaf}'; the config-backed param is suggested"
         if why is not None:
@@ -665,7 +691,7 @@ def suggest_tunables_report(
 # -- constraints -----------------------------------------------------------------------------
 
 _EXPR_TOKEN = re.compile(r"'[^']*'|[A-Za-z_][A-Za-z0-9_]*")
-_EXPR_WORDS = _words("and or not true false")
+_EXPR_WORDS = _words("and or not in True False true false")
 
 
 def _leaf_of(s: Suggestion) -> str:
@@ -715,11 +741,28 @@ def _constraints(
             if not tunable:
                 continue
             expr = _substitute(proposal.expr, mapping)
+            if not _holds_for_defaults(expr, tunable):
+                continue
             if proposal.divisible is not None:
                 _tie(proposal.divisible, by_leaf, values, f"'{expr}' ({proposal.reason})")
             if all(c.expr != expr for c in out):
                 out.append(ConstraintSuggestion(expr=expr, reason=proposal.reason))
     return out
+
+
+def _holds_for_defaults(expr: str, tunable: list[Suggestion]) -> bool:
+    """The constraint parses in tuning.yaml's language and the baseline keeps it (the
+    loader refuses it otherwise)."""
+    from trainee.spec.constraints import parse_constraint
+
+    try:
+        constraint = parse_constraint(expr)
+    except ConfigError:
+        return False
+    values = {s.name: s.default for s in tunable}
+    if not set(constraint.names) <= set(values) or any(v is None for v in values.values()):
+        return False
+    return constraint.holds(values)
 
 
 def _substitute(expr: str, mapping: dict[str, str]) -> str:
@@ -734,7 +777,7 @@ def _substitute(expr: str, mapping: dict[str, str]) -> str:
 
 def _literal_text(value: Any) -> str:
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return "True" if value else "False"
     if isinstance(value, int | float):
         return repr(value)
     return "'" + str(value).replace("'", "") + "'"
@@ -798,6 +841,36 @@ def _as_choices(s: Suggestion, choices: list[int], why: str) -> None:
     s.reason += f"; choices that satisfy {why}"
 
 
+def _scope(cand: _Candidate) -> tuple[str, str]:
+    """(the parent key or source, the normalized leaf) of a candidate."""
+    if cand.source == "flag":
+        return "", normalize_name(cand.leaf)
+    parent = cand.key.rsplit(".", 1)[0] if "." in cand.key else ""
+    return parent, normalize_name(cand.leaf)
+
+
+def _off_switches(candidates: list[_Candidate]) -> dict[tuple[str, str], str]:
+    """Boolean options that are off by default (``--model-ema``, ``model_ema: false``)."""
+    out: dict[tuple[str, str], str] = {}
+    for cand in candidates:
+        option = cand.option
+        is_off = cand.value is False and (option is None or option.type == "bool")
+        if is_off and (option is None or option.action in ("store_true", "toggle", None)):
+            out[_scope(cand)] = cand.key
+    return out
+
+
+def _behind_off_switch(cand: _Candidate, off: dict[tuple[str, str], str]) -> str | None:
+    """``model_ema_decay`` while ``--model-ema`` is off: it changes nothing."""
+    parent, leaf = _scope(cand)
+    parts = leaf.split("_")
+    for n in range(len(parts) - 1, 0, -1):
+        switch = off.get((parent, "_".join(parts[:n])))
+        if switch is not None and switch != cand.key:
+            return f"used only when {switch} is on, and it is off by default"
+    return None
+
+
 def _entrypoint(root: Path, project: ProjectFileSpec, discovery: Discovery) -> Entrypoint | None:
     words: list[str] = list(project.launch.command or ())
     shell = project.advanced.shell_command
@@ -834,6 +907,8 @@ def _exclusion(cand: _Candidate, ctx: _Context) -> str | None:
         ):
             return "the config file option (trainee passes the round config itself)"
     else:
+        if key in ctx.group_choices:
+            return f"the command chooses {key}={ctx.group_choices[key]}; constant arguments are not tunable"
         if ctx.output_key and _overlaps(key, ctx.output_key):
             return f"output.config_path '{ctx.output_key}' is set by trainee, not tunable"
         for other, where in ctx.override_keys.items():
@@ -883,6 +958,8 @@ def _build(cand: _Candidate, ctx: _Context) -> Suggestion | str:
             return "not a finite number"
         return _numeric(cand, family, value, where)
     if isinstance(value, str):
+        if "${" in value:
+            return "an interpolation (${...}): it follows another key"
         if cand.choices and value in cand.choices:
             return _suggest(cand, "choice", value, None, f"{where}: choices {cand.choices}")
         if _PATHLIKE.search(value):
@@ -1020,7 +1097,7 @@ def _suggest(
         reason=reason,
         flag=(flag or cand.key) if cand.source == "flag" else None,
         config_path=cand.key if cand.source == "config" else None,
-        override=cand.key if cand.source == "override" else None,
+        override=cand.override_prefix + cand.key if cand.source == "override" else None,
         default=default,
         min_value=lo,
         max_value=hi,
@@ -1212,96 +1289,69 @@ def _choices_for(
 
 
 def _hydra_candidates(
-    root: Path, ep: Entrypoint, hints: dict[str, list[Any]], notes: list[str]
+    root: Path,
+    ep: Entrypoint,
+    hints: dict[str, list[Any]],
+    notes: list[str],
+    project: ProjectFileSpec,
+    ctx: _Context,
 ) -> list[_Candidate]:
-    from trainee.spec.yamlio import YamlDocument
+    """Overrides of a Hydra app, from the config a round composes
+    (:func:`trainee.discovery.hydra.compose_hydra` with the command's and constant
+    args' overrides): each group with several options the command does not choose, and
+    every leaf key. A group the command chooses (``model=mlp``) pins that option: its
+    keys are offered, the choice is not. Keys of a group whose option a round may
+    change are ``++`` overrides (the other option may lack them)."""
+    from trainee.discovery.hydra import compose_hydra, hydra_overrides
 
-    base = (root / ep.path).parent
-    conf_dir = (base / (ep.hydra_config_path or ".")).resolve()
-    name = ep.hydra_config_name or "config"
-    if not name.endswith((".yaml", ".yml")):
-        name += ".yaml"
-    primary = conf_dir / name
-    if not conf_dir.is_relative_to(root) or not primary.is_file():
-        notes.append(f"Hydra primary config {primary} not found; no override suggestions")
+    overrides = hydra_overrides(project, ep)
+    cfg = compose_hydra(root, ep, overrides)
+    if cfg is None:
+        notes.append("the Hydra primary config was not found; no override suggestions")
         return []
-    try:
-        doc = YamlDocument.load(primary)
-        data, _ = doc.to_plain()
-    except ConfigError as exc:
-        notes.append(f"Hydra primary config could not be read: {exc}")
-        return []
-    rel_primary = primary.relative_to(root).as_posix()
+    notes += cfg.notes
+    pinned: dict[str, str] = {}
+    for text in overrides:
+        key, _, value = text.partition("=")
+        key = key.lstrip("+~")
+        if key in cfg.groups:
+            pinned[key.replace("/", ".")] = value
+            ctx.override_keys.pop(key, None)  # a group choice pins the group, not its keys
+    ctx.group_choices = pinned
     out: list[_Candidate] = []
-    order = 0
-    defaults = data.get("defaults") if isinstance(data, dict) else None
-    for item in defaults if isinstance(defaults, list) else []:
-        if not isinstance(item, dict) or len(item) != 1:
-            continue
-        ((group_raw, option),) = item.items()
-        group = str(group_raw).removeprefix("override ").strip().lstrip("/")
-        if not isinstance(option, str) or not re.fullmatch(r"[A-Za-z0-9_/\-]+", group):
-            continue
-        group_dir = conf_dir / group
-        files = sorted(p.stem for p in group_dir.glob("*.yaml")) if group_dir.is_dir() else []
+    free: set[str] = set()
+    for group, option in cfg.groups.items():
+        options = cfg.group_options.get(group, [])
         mount = group.replace("/", ".")
-        if len(files) >= 2 and option in files:
-            out.append(
-                _Candidate(
-                    key=mount,
-                    source="override",
-                    leaf=group.rsplit("/", 1)[-1],
-                    value=option,
-                    has_value=True,
-                    order=order,
-                    origin=f"Hydra config group {group} ({rel_primary} defaults)",
-                    description=f"Hydra config group {group}: one of {', '.join(files)}",
-                    choices=files,
-                )
+        if option is None or option not in options or len(options) < 2:
+            continue
+        if mount not in pinned:
+            free.add(group)
+        out.append(
+            _Candidate(
+                key=mount,
+                source="override",
+                leaf=group.rsplit("/", 1)[-1],
+                value=option,
+                has_value=True,
+                order=len(out),
+                origin=f"Hydra config group {group} ({cfg.primary} defaults)",
+                description=f"Hydra config group {group}: one of {', '.join(options)}",
+                choices=options,
             )
-            order += 1
-        group_file = group_dir / f"{option}.yaml"
-        if not group_file.is_file():
-            continue
-        try:
-            gdoc = YamlDocument.load(group_file)
-            gdata, glines = gdoc.to_plain()
-        except ConfigError as exc:
-            notes.append(f"Hydra group config {group_file} could not be read: {exc}")
-            continue
-        package = _package(group_file)
-        prefix = mount if package is None else package
-        gtext = _text_lines(group_file)
-        grel = group_file.relative_to(root).as_posix()
-        for keypath, value in _leaves(gdata, ()):
-            key = ".".join([*([prefix] if prefix else []), *(str(p) for p in keypath)])
-            leaf, hint = _leaf_name(keypath)
-            comment = _comment(gtext, glines.get(keypath))
-            if prefix:
-                comment = f"{comment} (from {grel}; valid while {mount}={option})".strip()
-            out.append(
-                _Candidate(
-                    key=key,
-                    source="override",
-                    leaf=leaf,
-                    value=value,
-                    has_value=True,
-                    order=order,
-                    origin=f"Hydra {grel} {key}",
-                    description=comment,
-                    choices=_choices_for(leaf, value, comment, hints),
-                    name_hint=hint,
-                )
-            )
-            order += 1
-    ptext = _text_lines(primary)
-    _, plines = doc.to_plain()
-    for keypath, value in _leaves(data, ()):
-        if keypath and keypath[0] == "hydra":
-            continue
+        )
+    comments = _SourceComments(root)
+    for keypath, value in _leaves(cfg.data, ()):
         key = ".".join(str(p) for p in keypath)
+        if keypath[0] == "hydra":
+            continue
+        source = cfg.sources.get(key) or cfg.sources.get(key.rsplit(".", 1)[0]) or cfg.primary
+        owner = _group_of(source, cfg.config_dir, cfg.groups)
         leaf, hint = _leaf_name(keypath)
-        comment = _comment(ptext, plines.get(keypath))
+        comment = comments.get(source, keypath)
+        if owner is not None:
+            mount = owner.replace("/", ".")
+            comment = f"{comment} (from {source}; valid while {mount}={cfg.groups[owner]})"
         out.append(
             _Candidate(
                 key=key,
@@ -1309,25 +1359,49 @@ def _hydra_candidates(
                 leaf=leaf,
                 value=value,
                 has_value=True,
-                order=order,
-                origin=f"Hydra {rel_primary} {key}",
-                description=comment,
+                order=len(out),
+                origin=f"Hydra {source} {key}",
+                description=comment.strip(),
                 choices=_choices_for(leaf, value, comment, hints),
                 name_hint=hint,
+                override_prefix="++" if owner in free else "",
             )
         )
-        order += 1
     return out
 
 
-def _package(path: Path) -> str | None:
-    """The ``# @package`` directive of a Hydra config ('' for _global_), else None."""
-    for line in _text_lines(path)[:5]:
-        match = re.match(r"^#\s*@package\s+(\S+)", line)
-        if match:
-            value = match.group(1)
-            return "" if value == "_global_" else value
-    return None
+def _group_of(source: str, config_dir: str, groups: dict[str, str | None]) -> str | None:
+    """The config group whose option file ``source`` is (``conf/model/small.yaml`` ->
+    ``model``), None for the primary config and plain defaults."""
+    prefix = "" if config_dir in ("", ".") else config_dir.rstrip("/") + "/"
+    if not source.startswith(prefix):
+        return None
+    folder = source[len(prefix) :].rsplit("/", 1)[0] if "/" in source[len(prefix) :] else ""
+    return folder if folder in groups else None
+
+
+class _SourceComments:
+    """End-of-line (or line-above) comments of the keys of the files a config came from."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files: dict[str, tuple[list[str], dict[Any, int]]] = {}
+
+    def get(self, source: str, keypath: tuple[str | int, ...]) -> str:
+        if source not in self.files:
+            from trainee.spec.yamlio import YamlDocument
+
+            try:
+                _, lines = YamlDocument.load(self.root / source).to_plain()
+            except ConfigError:
+                lines = {}
+            self.files[source] = (_text_lines(self.root / source), lines)
+        text, lines = self.files[source]
+        for i in range(len(keypath)):  # the file's own keys lack the package prefix
+            line = lines.get(tuple(keypath[i:]))
+            if line is not None:
+                return _comment(text, line)
+        return ""
 
 
 # -- applying -------------------------------------------------------------------------------

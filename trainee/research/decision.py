@@ -53,6 +53,7 @@ __all__ = [
     "suggest_name",
     "validate_plan",
     "validate_plans",
+    "value_grid",
     "values_equal",
 ]
 
@@ -247,7 +248,49 @@ def _param_schema(t: TunableSpec) -> dict[str, Any]:
         out["maximum"] = t.max_value
     if t.description:
         out["description"] = t.description
+    grid = value_grid(t)
+    if grid is not None:
+        # for servers that generate under a grammar made from the schema: llama.cpp's
+        # grammars enforce no numeric bounds, but they do enforce a list of values
+        out["x-grid"] = grid
     return out
+
+
+GRID_POINTS = 13
+"""Values offered for a bounded float (or a wide int range) under a generation grammar."""
+
+
+def value_grid(t: TunableSpec, points: int = GRID_POINTS) -> list[int | float] | None:
+    """The values a bounded numeric tunable may take when a local server generates under a
+    grammar (llama.cpp): ``points`` values from min to max, log-spaced for ``log: true``,
+    at two significant digits, plus the baseline; every int when the range holds at most
+    64. None for choices, bools and unbounded ranges. Only such a grammar sees this list
+    (``trainee.llm.client.grammar_schema``); the prompt, the validation and every other
+    server keep the whole range."""
+    if t.choices or t.type not in (ParamType.FLOAT, ParamType.INT):
+        return None
+    if t.min_value is None or t.max_value is None or t.max_value < t.min_value:
+        return None
+    lo, hi = float(t.min_value), float(t.max_value)
+    n = max(2, points)
+    if t.log and lo > 0:
+        raw = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+    else:
+        raw = [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+    values: set[int | float] = set()
+    if t.type == ParamType.INT:
+        first, last = math.ceil(lo), math.floor(hi)
+        if last - first + 1 <= 64:
+            values.update(range(first, last + 1))
+        else:
+            values.update(min(last, max(first, round(v))) for v in raw)
+    else:
+        values.update(min(hi, max(lo, float(f"{v:.2g}"))) for v in raw)
+        values.update((lo, hi))
+    base = t.baseline
+    if isinstance(base, int | float) and not isinstance(base, bool) and lo <= base <= hi:
+        values.add(int(base) if t.type == ParamType.INT else float(base))
+    return sorted(values)
 
 
 # -- parsing -----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import msgspec
 from trainee.discovery import runplan
 from trainee.discovery.metrics import training_metric_advice
 from trainee.errors import ConfigError, InvalidParams, ProviderError, SandboxError, TraineeError
-from trainee.ids import parse_session
+from trainee.ids import parse_round, parse_session
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import command_prefix
@@ -267,7 +267,7 @@ def check_metrics_on_last_log(spec: ProjectSpec) -> Check:
         )
     last = logs[-1]
     shown = f"{last.parent.name}/{last.name}"
-    rnd = layout.session(parse_session(last.parent.name)).round(int(last.stem.split("-")[-1]))
+    rnd = layout.session(parse_session(last.parent.name)).round(parse_round(last.stem))
     extractor = Extractor(
         spec.metrics.specs,
         placeholders=rnd.placeholders(),
@@ -340,6 +340,8 @@ def _goal_contradictions(spec: ProjectSpec) -> str:
 
 
 async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Check:
+    if not needs_provider(policy):  # whether the test is skipped or not
+        return _check("provider", "pass", f"policy {policy} needs no provider")
     if skip:
         return _check(
             "provider",
@@ -347,8 +349,6 @@ async def check_provider(env: Mapping[str, str], skip: bool, policy: str) -> Che
             "live test skipped (--skip-provider-test)",
             "run trainee doctor without it before trainee run",
         )
-    if not needs_provider(policy):
-        return _check("provider", "pass", f"policy {policy} needs no provider")
     from trainee.llm.client import live_test_all
     from trainee.llm.settings import load_settings
 

@@ -69,6 +69,8 @@ from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord
 
 log = logging.getLogger("trainee.session")
 
+_NO_BASELINE = {"stopped", "failed", "timed_out"}
+"""Statuses of a baseline round that leave the session without a baseline."""
 OUTPUT_LINES_PER_EVENT = 200
 FAILURE_TAIL_LINES = 50
 OFFSET_SAVE_INTERVAL = 1.0
@@ -237,9 +239,10 @@ class SessionRunner:
                 return reason, None
             if self.control.stop_requested.is_set():
                 return self.control.stop_reason, None
-            # The baseline runs first, alone; again if the user stopped it before it finished.
+            # The baseline runs first, alone; again if the user stopped it before it finished
+            # or if it failed (a failed session resumed after a fix starts from a baseline).
             plans: list[tuple[Proposal | None, dict[str, Any]]]
-            if not any(not r.diff and r.status != "stopped" for r in done):
+            if not any(not r.diff and r.status not in _NO_BASELINE for r in done):
                 plans = [(None, dict(baseline_params))]
                 step = 0
             else:

@@ -16,7 +16,8 @@ from trainee.spec.files import ArgStyle, ParamSpec, ParamType, Value
 
 __all__ = ["format_float", "render_arg", "render_override_value", "render_param", "render_value"]
 
-_HYDRA_PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_\-./@+]*$")
+_HYDRA_PLAIN = re.compile(r"^(?:[A-Za-z_/]|\.(?![0-9]))[A-Za-z0-9_\-./@+]*$")
+"""Strings Hydra reads back as the same string unquoted (``./out``, but not ``.5``)."""
 _INTERPOLATION = r"\$\{[^{}'\"]+\}"
 _PLAIN_PART = rf"(?:{_INTERPOLATION}|[A-Za-z0-9_\-./@+:])*"
 _HYDRA_INTERPOLATED = re.compile(rf"^{_PLAIN_PART}{_INTERPOLATION}{_PLAIN_PART}$")

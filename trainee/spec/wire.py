@@ -277,11 +277,17 @@ class ProjectPrepareParams(Wire):
     env: dict[str, str] | None = None
 
 
+TUNABLES_LIMIT = 16
+"""Suggestions per ``tunables discover`` / ``prepare`` unless asked otherwise: the known
+hyperparameter families rank first, and a search over more knobs learns little in a
+session's few rounds."""
+
+
 class TunablesDiscoverParams(Wire):
     project_root: str
     apply: bool = False
     replace: bool = False
-    limit: Annotated[int, Meta(ge=1, le=1000)] = 32
+    limit: Annotated[int, Meta(ge=1, le=1000)] = TUNABLES_LIMIT
 
 
 class DoctorParams(Wire):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.unit.discovery.conftest import write
-from trainee.discovery import discover, init_project
+from trainee.discovery import discover, init_project, prepare_project
 from trainee.discovery.hydra import compose_hydra, hydra_overrides
 from trainee.discovery.init import has_cuda
 from trainee.discovery.readme import parse_command
@@ -319,6 +319,9 @@ def test_field_patterns(tmp_path: Path) -> None:
         """,
     )
     write(root / "data" / "train.txt", "a b c\n")
+    write(
+        root / "README.md", "    python main.py --epochs 2 --bogus 1 --num_workers 4 --save $OUT\n"
+    )
     write(root / "src" / "data" / "__init__.py", "")
     write(root / "configs" / "data" / "mnist.yaml", "batch_size: 4\n")
     write(root / "environment.yml", "name: myenv\n")
@@ -328,9 +331,12 @@ def test_field_patterns(tmp_path: Path) -> None:
     assert any("conda is not on PATH" in n for n in result.notes)
     assert spec.output.flag is None
     assert [(a.flag, a.value) for a in spec.run.fixed_args] == [
-        ("--epochs", 40),
+        ("--epochs", 2),  # the README's budget
         ("--save", "{outputs_dir}/model.pt"),
     ]
+    [dropped] = [n for n in result.notes if "not copied" in n]
+    for word in ("--bogus 1 (not an option", "--num_workers 4 (depends on the machine", "$OUT"):
+        assert word in dropped
     assert [(d.path, d.flag) for d in spec.data] == [("data", "--data-dir")]
     assert check_output(root, spec, "guarded")[0] == "pass"
     machine = [] if has_cuda() else [("--device", "cpu")]  # a CUDA default without a GPU
@@ -371,3 +377,99 @@ def test_field_patterns(tmp_path: Path) -> None:
         ("--trainer.max_steps", -1),
     ]
     assert check_limits(cli, spec)[0] == "pass"
+
+
+def test_shell_command_with_placeholders_is_read(tmp_path: Path) -> None:
+    root = project("charmodel", tmp_path)
+    init_project(root)
+    pfile = root / ".trainee" / "project.yaml"
+    shell = "cd {round_dir} && exec python {project_root}/charlm.py --max-steps 20 {extra_args}"
+    pfile.write_text(
+        pfile.read_text().replace(
+            "  working_dir: .", f"  working_dir: .\n  shell_command: '{shell}'"
+        )
+    )
+    spec = loaded(root)
+    assert spec.advanced.shell_command == shell
+    assert check_entrypoint(root, spec)[0] == "pass"
+    assert prepare_project(root, replace=True).entrypoint == "charlm.py"  # tunables found
+    # run.fixed_args come after the command's own words ({extra_args}): its -1 wins
+    status, detail, _ = check_limits(root, spec)
+    assert status == "fail" and "--max-steps is -1" in detail
+    pfile.write_text(pfile.read_text().replace("value: -1  # CHOOSE", "value: 20  # CHOOSE"))
+    status, detail, _ = check_limits(root, loaded(root))
+    assert status == "pass" and "--max-steps = 20" in detail
+
+
+@pytest.mark.parametrize("use_library", [True, False])
+def test_hydra_library_and_static_composition_agree(tmp_path: Path, use_library: bool) -> None:
+    if use_library:
+        pytest.importorskip("hydra", reason="hydra-core (the hydra extra) is not installed")
+    root = project("hydra_app", tmp_path)
+    write(
+        root / "conf" / "experiment" / "fast.yaml",
+        "# @package _global_\ntrainer:\n  max_epochs: 2\n",
+    )
+    ep = discover(root).best
+    assert ep is not None
+    overrides = ["model=cnn", "+experiment=fast", "~seed", "checkpoint_dir={outputs_dir}/ck"]
+    cfg = compose_hydra(root, ep, overrides, use_library=use_library)
+    assert cfg is not None and cfg.notes == []
+    data = {k: v for k, v in cfg.data.items() if k != "hydra"}
+    assert data == {
+        "model": {"channels": 32, "kernel_size": 3, "dropout": 0.2},
+        "optimizer": {"lr": 0.001, "weight_decay": 0.0},
+        "trainer": {"max_epochs": 2, "warmup_epochs": 2, "gradient_clip_val": 1.0},
+        "checkpoint_dir": "{outputs_dir}/ck",
+    }
+    assert cfg.groups == {"model": "cnn", "optimizer": "adam", "experiment": "fast"}
+    # a config Hydra itself cannot compose falls back to the static reading, with a note
+    write(
+        root / "conf" / "config.yaml", "defaults:\n  - model: missing_choice\n  - _self_\nlr: 1\n"
+    )
+    cfg = compose_hydra(root, ep, (), use_library=use_library)
+    assert cfg is not None and cfg.get("lr") == 1
+    assert any("missing_choice" in n for n in cfg.notes)
+
+
+def test_trackers_reporting_and_relative_writes(tmp_path: Path) -> None:
+    """MLflow's ./mlruns goes into the round (launch.env), a Trainer reports to no
+    installed integration, a file written at a relative path makes doctor warn."""
+    root = tmp_path / "m"
+    write(
+        root / "train.py",
+        """
+        import sys
+
+        import matplotlib.pyplot as plt
+        import mlflow
+
+        alpha = float(sys.argv[1]) if len(sys.argv) > 1 else 0.5
+        if __name__ == "__main__":
+            with mlflow.start_run():
+                mlflow.log_metric("rmse", alpha)
+            plt.savefig(f"loss_{alpha}.png")
+        """,
+    )
+    init_project(root.resolve())
+    spec = loaded(root)
+    assert spec.launch.env == {
+        "MLFLOW_TRACKING_URI": "file:{outputs_dir}/mlruns",
+        "MLFLOW_ALLOW_FILE_STORE": "true",
+    }
+    status, detail, fix = check_output(root, spec, "guarded")
+    assert status == "warn" and "line 10 'loss_{}.png'" in detail
+    assert "cd {round_dir} && exec python {project_root}/train.py {extra_args}" in fix
+    pfile = root / ".trainee" / "project.yaml"
+    pfile.write_text(
+        pfile.read_text().replace(
+            "  working_dir: .",
+            "  working_dir: .\n  shell_command: 'cd {round_dir} && exec python "
+            "{project_root}/train.py {extra_args}'",
+        )
+    )
+    assert check_output(root, loaded(root), "guarded")[0] == "pass"
+
+    hf = project("hf_script", tmp_path)
+    init_project(hf)
+    assert ("--report_to", "none") in [(a.flag, a.value) for a in loaded(hf).launch.args]

@@ -257,7 +257,6 @@ BOUNDS: list[tuple[str, Any, str, Any, Any, bool]] = [
     ("dropout", 0.1, "float", 0.0, 0.5, False),
     ("dropout", 0, "float", 0.0, 0.5, False),
     ("attn_dropout", 0.7, "float", 0.0, 0.99, False),
-    ("label_smoothing", 0.1, "float", 0.0, 0.5, False),
     ("momentum", 0.9, "float", 0.0, 0.99, False),
     ("beta2", 0.999, "float", 0.99, 0.9999, False),
     ("ema_decay", 0.95, "float", 0.5, 0.995, False),
@@ -358,12 +357,13 @@ def test_hydra_overrides(make_layout: Callable[[str], Path]) -> None:
     assert got["optimizer"].choices == ["adam", "sgd"]
     assert (got["optimizer"].override, got["optimizer"].default) == ("optimizer", "adam")
     assert got["model"].choices == ["large", "small"]
-    assert got["lr"].override == "optimizer.lr"
+    # the group's option may change per round: its keys are ++ (add or override)
+    assert got["lr"].override == "++optimizer.lr"
     assert "valid while optimizer=adam" in got["lr"].description
-    assert (got["betas_1"].override, got["betas_1"].min_value) == ("optimizer.betas.1", 0.99)
+    assert (got["betas_1"].override, got["betas_1"].min_value) == ("++optimizer.betas.1", 0.99)
     assert got["gradient_clip_val"].override == "trainer.gradient_clip_val"
     assert got["gradient_clip_val"].description == "clip the global grad norm"
-    assert got["hidden_size"].override == "model.hidden_size"
+    assert got["hidden_size"].override == "++model.hidden_size"
     excluded = {e.key: e.reason for e in report.excluded}
     assert {"trainer.max_epochs", "seed", "output_dir"} <= set(excluded)
     # init put the Hydra budget into run.fixed_args as an override
@@ -371,6 +371,26 @@ def test_hydra_overrides(make_layout: Callable[[str], Path]) -> None:
     result = apply_suggestions(root, report.suggestions)
     assert result.skipped == []
     assert load_project(root).tunable("lr") is not None
+
+
+def test_hydra_group_chosen_by_the_command(make_layout: Callable[[str], Path]) -> None:
+    root = make_layout("hydra")
+    write(
+        root / "conf" / "model" / "large.yaml",
+        "hidden_size: 512\nnum_layers: 8\nact: ${oc.env:ACT}\n",
+    )
+    project_yaml(
+        root,
+        "launch:\n  command: [python, train.py]\n  args:\n    - {flag: model, value: large}\n",
+    )
+    report = report_for(root)
+    got = by_name(report.suggestions)
+    excluded = {e.key: e.reason for e in report.excluded}
+    # the chosen option's keys, plain (the option is pinned), never the other option's
+    assert (got["hidden_size"].override, got["hidden_size"].default) == ("model.hidden_size", 512)
+    assert got["num_layers"].default == 8 and "dropout" not in got
+    assert "model" not in got and "the command chooses model=large" in excluded["model"]
+    assert "an interpolation" in excluded["model.act"]
 
 
 def test_limit_and_ranking(exclusion_project: Path) -> None:
@@ -570,7 +590,8 @@ def test_discover_tunables_without_apply_writes_nothing(tmp_path: Path) -> None:
     ("key", "value", "why"),
     [
         ("something", 0.0, "no known range (default 0.0)"),
-        ("warmup_steps", 0, "a training budget"),  # a schedule length: pinned, never tuned
+        ("warmup_steps", 0, "a schedule length tied to the training budget"),
+        ("margin", 0, "no known range (default 0)"),
         ("sample_only", False, "is a mode switch"),
         ("eval_only", False, "is a mode switch"),
         ("init_from", "scratch", "names where training starts"),
@@ -614,3 +635,50 @@ def test_mode_valued_choices_are_left_out(tmp_path: Path) -> None:
     assert [(e.key, e.reason) for e in report.excluded] == [
         ("--stage", "'stage' is a mode switch (values eval, predict, train)")
     ]
+
+
+def test_options_of_a_feature_that_is_off_are_left_out(tmp_path: Path) -> None:
+    write(
+        tmp_path / "train.py",
+        """
+        import argparse
+        p = argparse.ArgumentParser()
+        p.add_argument("--model-ema", action="store_true", help="keep an EMA of the weights")
+        p.add_argument("--model-ema-decay", type=float, default=0.9998)
+        p.add_argument("--lr", type=float, default=0.1)
+        p.parse_args()
+        """,
+    )
+    project_yaml(tmp_path, "launch:\n  command: [python, train.py]\n")
+    report = report_for(tmp_path)
+    assert [s.name for s in report.suggestions] == ["lr", "model_ema"]
+    excluded = {e.key: e.reason for e in report.excluded}
+    assert excluded == {
+        "--model-ema-decay": "used only when --model-ema is on, and it is off by default"
+    }
+
+
+@pytest.mark.parametrize(
+    ("primary", "offered"), [(None, False), ("val_loss", False), ("val_acc", True)]
+)
+def test_label_smoothing_only_when_the_primary_metric_is_no_loss(
+    tmp_path: Path, primary: str | None, offered: bool
+) -> None:
+    write(tmp_path / "train.py", "")
+    write(tmp_path / "base.yaml", "label_smoothing: 0.1\n")
+    metrics = (
+        f"metrics:\n  specs:\n    - {{name: {primary}, source: stdout_regex, "
+        f"key_or_pattern: '{primary}=(?P<value>\\S+)'}}\n"
+        if primary
+        else ""
+    )
+    project_yaml(
+        tmp_path, "launch:\n  command: [python, train.py]\n  baseline_config: base.yaml\n" + metrics
+    )
+    report = report_for(tmp_path)
+    if offered:
+        s = report.suggestions[0]
+        assert (s.name, s.min_value, s.max_value) == ("label_smoothing", 0.0, 0.5)
+    else:
+        assert report.suggestions == []
+        assert "label smoothing changes how the loss is computed" in report.excluded[0].reason

@@ -227,7 +227,9 @@ def test_schema_lists_every_tunable_with_its_constraints() -> None:
     assert props["lr"]["type"] == "number"
     assert props["lr"]["minimum"] == 1e-5 and props["lr"]["maximum"] == 1.0
     assert props["lr"]["description"] == "learning rate"
+    grid = props["batch_size"].pop("x-grid")  # what a grammar-building server may pick from
     assert props["batch_size"] == {"type": "integer", "minimum": 8, "maximum": 256}
+    assert grid[0] == 8 and grid[-1] == 256 and 32 in grid
     assert props["optimizer"]["enum"] == ["adam", "sgd", "adamw"]
     assert props["use_amp"] == {"type": "boolean"}
     assert schema["properties"]["stop"]["type"] == "boolean"

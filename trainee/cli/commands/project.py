@@ -22,6 +22,16 @@ def project_root(value: str | None) -> str:
     return str(Path(value or os.getcwd()).resolve())
 
 
+def project_option(root: str | None) -> str:
+    """`` --project-root ROOT`` for a command to suggest, unless ROOT is the current
+    folder's project (where commands find it by themselves)."""
+    import shlex
+
+    if root is None or root == project_root(None):
+        return ""
+    return f" --project-root {shlex.quote(root)}"
+
+
 def _lines(items: list[str], label: str) -> None:
     if items:
         sys.stdout.write(f"{label}: {', '.join(items)}\n")
@@ -174,7 +184,7 @@ def cmd_tunables(args: argparse.Namespace) -> int:
         "project_root": project_root(args.project_root),
         "apply": args.apply,
         "replace": args.replace,
-        "limit": args.limit,
+        **({"limit": args.limit} if args.limit is not None else {}),
     }
     result = daemon_client.call("tunables_discover", params)
     if args.json:

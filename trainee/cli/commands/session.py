@@ -1,4 +1,4 @@
-"""``trainee run``, ``stop``, ``attach``, ``logs`` and ``report``."""
+"""``trainee run``, ``stop``, ``attach``, ``logs``, ``sessions`` and ``report``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 from trainee import errors
 from trainee.cli import daemon_client
-from trainee.cli.commands.project import project_root
+from trainee.cli.commands.project import project_option, project_root
 from trainee.cli.output import (
     fmt_best_vs_baseline,
     fmt_duration,
@@ -66,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print_json(result)
             return 0
         sys.stdout.write(f"{session}\n")  # alone on stdout: `id=$(trainee run --detach)`
-        where = _where(root)
+        where = project_option(root)
         sys.stderr.write(
             f"{session} runs in the background (policy {result['policy']}, up to "
             f"{result['max_rounds']} rounds)\n"
@@ -84,13 +84,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         since=int(result.get("cursor", 0)),
         full_output=args.full_output,
     )
-
-
-def _where(root: str) -> str:
-    """`` --project-root ROOT`` unless ROOT is the current folder's project."""
-    import shlex
-
-    return "" if current_project(None) == root else f" --project-root {shlex.quote(root)}"
 
 
 def _start_session(params: dict[str, Any], root: str) -> dict[str, Any] | None:
