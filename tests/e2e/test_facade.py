@@ -274,6 +274,9 @@ def test_results_match_their_schemas(daemon: Node, finished: Path) -> None:
     for name, params in calls.items():
         result = daemon.rpc(name, params)
         jsonschema.validate(result, registry.get(name).result_schema())
+        if name == "prompt_preview":  # no provider configured: the messages as composed
+            assert result["response_format"] is None and result["provider"] is None
+            assert "no LLM provider" in result["note"] and result["round"] == 3
 
 
 # -- errors in one table -------------------------------------------------------------------------
@@ -327,20 +330,6 @@ def test_errors_are_mapped_the_same_way_on_every_transport(daemon: Node, tmp_pat
             error = (result.structured_content or {})["error"]
             # the same class and code (MCP resolves a relative project_root first)
             assert (error["code"], error["data"]["type"]) == (cls.code, cls.__name__), name
-
-
-def test_the_error_table_gives_every_class_a_code_an_exit_status_and_a_status() -> None:
-    classes = errors.error_classes()
-    assert errors.TraineeError in classes and errors.ShuttingDown in classes
-    for cls in classes:
-        assert isinstance(cls.code, int) and 0 < cls.exit_status < 128
-        assert 400 <= cls.http_status < 600
-        assert errors.error_class_for_code(cls.code).code == cls.code
-        rebuilt = errors.error_from_wire(cls("m", {"x": 1}).to_wire())
-        assert type(rebuilt) is cls and rebuilt.exit_status == cls.exit_status
-    big = errors.LimitExceeded("too big", {"what": "request bytes"})
-    assert big.response_status() == 413
-    assert errors.LimitExceeded("busy", {"what": "connections"}).response_status() == 503
 
 
 def test_the_registry_refuses_calls_while_the_daemon_shuts_down(short_dir: Path) -> None:
