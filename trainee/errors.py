@@ -1,8 +1,10 @@
-"""One error tree for the whole of trainee, mapped onto JSON-RPC error objects.
+"""One error tree for the whole of trainee, and the one table of what each error means.
 
 Stdlib only: the thin CLI imports this module to rebuild the server's errors as
 the same classes, so it can catch classes rather than integers.
 
+Each class carries, in one place, its JSON-RPC ``code``, the CLI's ``exit_status``
+and the ``http_status`` of the HTTP API (subclasses inherit what they do not set).
 Codes are stable and append-only. The JSON-RPC reserved codes (-32768..-32000)
 are used only for protocol faults; application errors live at 1001 and up.
 """
@@ -15,7 +17,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_INTERRUPTED",
-    "EXIT_STATUS",
     "BudgetExceeded",
     "ConfigError",
     "DaemonNotRunning",
@@ -38,9 +39,16 @@ __all__ = [
     "ShuttingDown",
     "TraineeError",
     "error_class_for_code",
+    "error_classes",
     "error_from_wire",
     "exit_status_for",
 ]
+
+EXIT_INTERRUPTED = 130
+"""The exit status of a command stopped by Ctrl-C (0 is success, 1 a failed session)."""
+
+_CLASSES: list[type[TraineeError]] = []
+"""Every error class of this module, in definition order (filled as they are defined)."""
 
 
 class TraineeError(Exception):
@@ -51,7 +59,17 @@ class TraineeError(Exception):
     """
 
     code: ClassVar[int] = 1000
+    """The JSON-RPC error code (stable, append-only)."""
     kind: ClassVar[str] = "error"
+    exit_status: ClassVar[int] = 1
+    """The exit status of a CLI command (and of ``trainee serve``) that ends with it."""
+    http_status: ClassVar[int] = 422
+    """The HTTP status of the API's answer (422: understood, but it cannot be done)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__module__ == __name__:  # the table holds this module's classes only
+            _CLASSES.append(cls)
 
     def __init__(self, message: str, data: Any = None) -> None:
         super().__init__(message)
@@ -74,6 +92,10 @@ class TraineeError(Exception):
     def __hash__(self) -> int:
         return hash((type(self), self.message))
 
+    def response_status(self) -> int:
+        """The HTTP status of this error's answer (a class may refine it by its data)."""
+        return self.http_status
+
     def to_wire(self) -> dict[str, Any]:
         """The JSON-RPC ``error`` member for this error."""
         err: dict[str, Any] = {"code": self.code, "message": self.message}
@@ -92,6 +114,8 @@ class ProtocolError(TraineeError):
 
     code = -32600
     kind = "protocol"
+    exit_status = 11
+    http_status = 400
 
 
 class ParseError(ProtocolError):
@@ -104,6 +128,7 @@ class InvalidRequest(ProtocolError):
 
 class MethodNotFound(ProtocolError):
     code = -32601
+    http_status = 404
 
 
 class InvalidParams(TraineeError):
@@ -111,6 +136,8 @@ class InvalidParams(TraineeError):
 
     code = -32602
     kind = "params"
+    exit_status = 2
+    http_status = 400
 
 
 class InternalError(TraineeError):
@@ -118,6 +145,8 @@ class InternalError(TraineeError):
 
     code = -32603
     kind = "internal"
+    exit_status = 70
+    http_status = 500
 
 
 # -- application errors --------------------------------------------------------
@@ -131,6 +160,7 @@ class ConfigError(TraineeError):
 
     code = 1001
     kind = "config"
+    exit_status = 3
 
     def __init__(
         self,
@@ -175,16 +205,20 @@ class ConfigError(TraineeError):
 class NotFound(TraineeError):
     code = 1002
     kind = "not_found"
+    exit_status = 4
+    http_status = 404
 
 
 class InvalidState(TraineeError):
     code = 1003
     kind = "state"
+    exit_status = 5
 
 
 class LaunchError(TraineeError):
     code = 1004
     kind = "launch"
+    exit_status = 7
 
 
 class NotAvailable(TraineeError):
@@ -192,21 +226,28 @@ class NotAvailable(TraineeError):
 
     code = 1005
     kind = "not_available"
+    exit_status = 8
 
 
 class ProviderError(TraineeError):
     code = 1006
     kind = "provider"
+    exit_status = 9
 
 
 class BudgetExceeded(TraineeError):
     code = 1007
     kind = "budget"
+    exit_status = 10
 
 
 class ShuttingDown(TraineeError):
+    """The daemon is stopping: it takes no new request (ask the next daemon)."""
+
     code = 1008
     kind = "shutting_down"
+    exit_status = 75
+    http_status = 503
 
 
 class InvalidDecision(TraineeError):
@@ -219,6 +260,7 @@ class InvalidDecision(TraineeError):
 class SandboxError(LaunchError):
     code = 1014
     kind = "sandbox"
+    exit_status = 6
 
 
 class LimitExceeded(TraineeError):
@@ -227,6 +269,14 @@ class LimitExceeded(TraineeError):
 
     code = 1020
     kind = "limit"
+    http_status = 503
+    """413 for a request or reply over its size (:meth:`response_status`), else 503."""
+
+    def response_status(self) -> int:
+        what = self.data.get("what") if isinstance(self.data, dict) else None
+        if what in ("request bytes", "reply bytes"):
+            return 413
+        return 408 if what == "body time" else 503
 
 
 class Forbidden(TraineeError):
@@ -234,6 +284,7 @@ class Forbidden(TraineeError):
 
     code = 1021
     kind = "forbidden"
+    http_status = 403
 
 
 class PortInUse(TraineeError):
@@ -241,6 +292,7 @@ class PortInUse(TraineeError):
 
     code = 1015
     kind = "port_in_use"
+    exit_status = 12
 
 
 class DaemonNotRunning(TraineeError):
@@ -248,35 +300,20 @@ class DaemonNotRunning(TraineeError):
 
     code = 1100
     kind = "daemon"
+    exit_status = 69
+    http_status = 503
 
 
-_ALL: tuple[type[TraineeError], ...] = (
-    TraineeError,
-    ProtocolError,
-    ParseError,
-    InvalidRequest,
-    MethodNotFound,
-    InvalidParams,
-    InternalError,
-    ConfigError,
-    NotFound,
-    InvalidState,
-    LaunchError,
-    NotAvailable,
-    ProviderError,
-    BudgetExceeded,
-    ShuttingDown,
-    InvalidDecision,
-    SandboxError,
-    LimitExceeded,
-    Forbidden,
-    PortInUse,
-    DaemonNotRunning,
-)
-_BY_NAME: dict[str, type[TraineeError]] = {cls.__name__: cls for cls in _ALL}
+_CLASSES.insert(0, TraineeError)
+_BY_NAME: dict[str, type[TraineeError]] = {cls.__name__: cls for cls in _CLASSES}
 _BY_CODE: dict[int, type[TraineeError]] = {}
-for _cls in _ALL:
-    _BY_CODE.setdefault(_cls.code, _cls)
+for _cls in _CLASSES:
+    _BY_CODE.setdefault(_cls.code, _cls)  # a shared code means its first (most general) class
+
+
+def error_classes() -> tuple[type[TraineeError], ...]:
+    """Every error class, base first: the one table (code, exit status, HTTP status)."""
+    return tuple(_CLASSES)
 
 
 def error_class_for_code(code: int) -> type[TraineeError]:
@@ -302,34 +339,6 @@ def error_from_wire(error: Any) -> TraineeError:
     return exc
 
 
-# -- exit statuses ---------------------------------------------------------------------
-
-# The one table from error class to process exit status, for the CLI and for the daemon
-# process that ``trainee serve`` becomes. Most specific first: the first class in an
-# error's MRO found here wins. The README lists it; 0 is success, 1 a failed session.
-EXIT_STATUS: dict[type[TraineeError], int] = {
-    InvalidParams: 2,
-    ConfigError: 3,
-    NotFound: 4,
-    InvalidState: 5,
-    SandboxError: 6,
-    LaunchError: 7,
-    NotAvailable: 8,
-    ProviderError: 9,
-    BudgetExceeded: 10,
-    ProtocolError: 11,
-    PortInUse: 12,
-    InternalError: 70,
-    DaemonNotRunning: 69,
-    ShuttingDown: 75,
-    TraineeError: 1,
-}
-EXIT_INTERRUPTED = 130
-
-
 def exit_status_for(exc: TraineeError) -> int:
-    """The exit status of a command that ended with ``exc``."""
-    for cls in type(exc).__mro__:
-        if cls in EXIT_STATUS:
-            return EXIT_STATUS[cls]
-    return 1
+    """The exit status of a command that ended with ``exc`` (its class's ``exit_status``)."""
+    return exc.exit_status

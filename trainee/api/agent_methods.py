@@ -16,16 +16,14 @@ import anyio
 import msgspec
 from msgspec import Meta
 
+from trainee.api import resolve
 from trainee.api.context import CallContext
-from trainee.api.loop_methods import existing_store, manager_of
 from trainee.api.methods import registry
-from trainee.api.project_methods import project_root_of
 from trainee.errors import InvalidParams, InvalidState, NotFound
 from trainee.ids import parse_session
-from trainee.launch.layout import ProjectLayout
 from trainee.research.decision import MAX_PLAN_TEXT, DecisionPlan
 from trainee.session.external_policy import ExternalPolicy
-from trainee.session.runner import FINISHED
+from trainee.session.inputs import FINISHED
 from trainee.spec import wire as w
 
 WAIT_LIMIT_SEC = 24 * 3600
@@ -61,7 +59,7 @@ class RoundRunParams(PlanParams, kw_only=True):
 
 class RoundResultParams(w.Wire):
     session: w.SessionRef
-    round: Annotated[int, Meta(ge=1)]
+    round: w.RoundRef
     project_root: str | None = None
     wait: bool = False
     timeout_sec: Annotated[float, Meta(gt=0)] | None = None
@@ -87,7 +85,7 @@ class RoundResult(w.Wire):
 
 
 def _external(ctx: CallContext, root: str | None, session: str) -> tuple[str, ExternalPolicy]:
-    running = manager_of(ctx).find_running(root, session)
+    running = resolve.running_session(ctx, session, root)
     policy = running.runner.policy
     if not isinstance(policy, ExternalPolicy):
         raise InvalidState(
@@ -112,7 +110,8 @@ async def _submit(ctx: CallContext, params: PlanParams) -> tuple[str, PlanResult
         stop=params.stop,
         stop_reason=params.stop_reason,
     )
-    store = await existing_store(ctx, root)
+    store = await resolve.project_store(ctx, root)
+    assert store is not None
     index = len(await store.list_rounds(parse_session(params.session))) + 1
     policy.submit(plan, agent=params.agent)
     return root, PlanResult(session=params.session, round=index, accepted=True)
@@ -133,10 +132,11 @@ async def plan_submit(ctx: CallContext, params: PlanParams) -> PlanResult:
 
 
 async def _result(
-    ctx: CallContext, root: str, session: str, index: int, wait: bool, timeout: float | None
+    ctx: CallContext, root: str | None, session: str, index: int, wait: bool, timeout: float | None
 ) -> RoundResult:
-    store = await existing_store(ctx, root)
-    number = parse_session(session)
+    found = await resolve.resolve_session(ctx, session, root)
+    store, root = found.store, found.root
+    number = found.record.index
     bus = ctx.services.bus
     sub, _, _ = bus.subscribe(session=session, kinds=["round.finished", "session.finished"])
     try:
@@ -162,7 +162,7 @@ async def _result(
             + (f" (it ended: {rec.stop_reason})" if over else ""),
             {"session": session, "round": index, "session_status": rec.status},
         )
-    layout = ProjectLayout.for_root(root).session(number).round(index)
+    layout = found.layout.round(index)
     return RoundResult(
         session=session,
         round=index,
@@ -195,13 +195,6 @@ async def round_run(ctx: CallContext, params: RoundRunParams) -> RoundResult:
     return await _result(ctx, root, params.session, accepted.round, wait, params.timeout_sec)
 
 
-def _root_of(ctx: CallContext, session: str) -> str:
-    for rec in manager_of(ctx).running_sessions():
-        if rec.id == session:
-            return rec.project_root
-    raise InvalidParams("name the project_root of this session", {"field": "project_root"})
-
-
 @registry.method(RoundResultParams, RoundResult)
 async def round_result(ctx: CallContext, params: RoundResultParams) -> RoundResult:
     """A round's outcome: status, metrics, and the judgement against its plan.
@@ -210,12 +203,9 @@ async def round_result(ctx: CallContext, params: RoundResultParams) -> RoundResu
     whether the plan's expected outcome held. ``wait`` blocks until the round
     (or the session) ends.
     """
-    root = (
-        project_root_of(ctx, params.project_root)
-        if params.project_root
-        else _root_of(ctx, params.session)
+    return await _result(
+        ctx, params.project_root, params.session, params.round, params.wait, params.timeout_sec
     )
-    return await _result(ctx, root, params.session, params.round, params.wait, params.timeout_sec)
 
 
 class JournalAppendParams(w.Wire, kw_only=True):
@@ -242,7 +232,7 @@ async def journal_append(ctx: CallContext, params: JournalAppendParams) -> Journ
     with past sessions' best params and rejected changes, into later decision
     prompts and .trainee/journal.md.
     """
-    root = project_root_of(ctx, params.project_root)
+    root = resolve.project_root(ctx, params.project_root)
     path = _notes_path(root)
     if not path.parent.is_dir():
         raise InvalidParams(
@@ -264,11 +254,11 @@ async def journal_append(ctx: CallContext, params: JournalAppendParams) -> Journ
 @registry.method(w.ProjectRootParams, JournalResult)
 async def journal_get(ctx: CallContext, params: w.ProjectRootParams) -> JournalResult:
     """Read the experiment journal: notes, and past sessions' best params and rejected changes."""
-    root = project_root_of(ctx, params.project_root)
+    root = resolve.project_root(ctx, params.project_root)
     path = _notes_path(root)
     notes = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
     sessions: list[dict[str, Any]] = []
-    if ProjectLayout.for_root(root).database.exists():
-        store = await manager_of(ctx).store_for(root)
+    store = await resolve.project_store(ctx, root, required=False)
+    if store is not None:
         sessions = await store.journal()
     return JournalResult(path=str(path), notes=notes, sessions=sessions)

@@ -22,6 +22,8 @@ class Services:
     http_url: str | None = None
     debug: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    closing: bool = False
+    """Set when the shutdown begins: the registry then refuses calls (ShuttingDown)."""
 
 
 @dataclass

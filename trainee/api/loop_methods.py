@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,50 +10,84 @@ from typing import Annotated, Any
 import anyio
 import msgspec
 
+from trainee.api import resolve
 from trainee.api.context import CallContext
 from trainee.api.methods import registry
-from trainee.api.project_methods import project_root_of
+from trainee.api.resolve import manager_of
 from trainee.errors import InvalidParams, InvalidState, NotFound, ProviderError, SandboxError
-from trainee.ids import parse_session
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.sandbox import check_bwrap
 from trainee.policies import needs_provider
-from trainee.research.decision import plan_json_schema
-from trainee.research.state import new_state, record_round
-from trainee.session.manager import SessionManager, prompt_parts
-from trainee.session.runner import FINISHED
-from trainee.spec import SecurityMode, load_project
+from trainee.session.inputs import (
+    decision_budget,
+    decision_slots,
+    observe_history,
+    rebuild_state,
+)
+from trainee.session.llm_policy import LlmPolicy
+from trainee.session.manager import SessionManager
+from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec import wire as w
-from trainee.store.db import Store
 from trainee.store.export import write_ledgers, write_report
-from trainee.store.records import RoundRecord, SessionRecord
+from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord
 
 
-def manager_of(ctx: CallContext) -> SessionManager:
-    manager = ctx.services.extra.get("manager")
-    assert isinstance(manager, SessionManager), "the daemon has no session manager"
-    return manager
+class SessionView(msgspec.Struct, kw_only=True):
+    """A session's record as clients see it (its environment and spec stay inside)."""
+
+    index: int
+    id: str
+    project_root: str
+    status: str
+    stop_reason: str | None
+    policy: str
+    security_mode: str
+    max_rounds: int
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    cwd: str
+    best_round: int | None
+    baseline_round: int | None
+    tokens: int
+    cost_usd: float
+    error: str | None
+    stop_detail: str | None
+    """What the policy said when it stopped the session (``stop_reason`` policy_stop)."""
 
 
-async def existing_store(ctx: CallContext, root: str) -> Store:
-    """The project's store, without creating one: reading never changes a project."""
-    if not ProjectLayout.for_root(root).database.exists():
-        raise NotFound(f"no session in {root} (it has no runtime database)", {"project_root": root})
-    return await manager_of(ctx).store_for(root)
+HIDDEN_SESSION_FIELDS = frozenset({"env", "spec"})
+"""Fields of a SessionRecord no client sees: the caller's environment may hold secrets."""
 
 
-def _public(rec: SessionRecord) -> dict[str, Any]:
-    data: dict[str, Any] = msgspec.to_builtins(rec)
-    data.pop("env", None)  # the caller's environment may hold secrets
-    data.pop("spec", None)
-    return data
+class RoundView(RoundRecord, kw_only=True):
+    """A round's record; ``idle_for``: seconds since the running round's last output or
+    log-file change (None when it is not running)."""
+
+    idle_for: float | None = None
 
 
-def _round_public(rec: RoundRecord, now: float | None = None) -> dict[str, Any]:
-    data: dict[str, Any] = msgspec.to_builtins(rec)
+class RunView(RoundView, kw_only=True):
+    """A round in the project's list of runs: ``run_id`` is its position (1-based)."""
+
+    run_id: int
+    session_id: str
+
+
+def _public(rec: SessionRecord) -> SessionView:
+    data = msgspec.to_builtins(rec)
+    return SessionView(**{k: v for k, v in data.items() if k not in HIDDEN_SESSION_FIELDS})
+
+
+def _round_fields(rec: RoundRecord, now: float | None) -> dict[str, object]:
+    fields = {f: getattr(rec, f) for f in rec.__struct_fields__}
     if rec.status == "running" and rec.last_activity_at:
-        data["idle_for"] = max(0.0, (now or time.time()) - rec.last_activity_at)
-    return data
+        fields["idle_for"] = max(0.0, (now or time.time()) - rec.last_activity_at)
+    return fields
+
+
+def _round_public(rec: RoundRecord, now: float | None = None) -> RoundView:
+    return RoundView(**_round_fields(rec, now))  # type: ignore[arg-type]
 
 
 class SessionsListParams(w.Wire):
@@ -169,10 +202,10 @@ async def sessions_list(ctx: CallContext, params: SessionsListParams) -> Session
             by_root.setdefault(rec.project_root, []).append(rec)
         found = [s for root, recs in by_root.items() for s in await _summaries(manager, root, recs)]
         return SessionsListResult(sessions=found)
-    root = project_root_of(ctx, params.project_root)
-    if not ProjectLayout.for_root(root).database.exists():
+    root = resolve.project_root(ctx, params.project_root)
+    store = await resolve.project_store(ctx, root, required=False)
+    if store is None:
         return SessionsListResult(sessions=[])
-    store = await manager.store_for(root)
     records = await store.list_sessions()
     if params.limit is not None:
         records = records[-params.limit :]
@@ -199,7 +232,7 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
     sends its own); the training command runs with that environment.
     """
     manager = manager_of(ctx)
-    root = project_root_of(ctx, params.project_root)
+    root = resolve.project_root(ctx, params.project_root)
     env = params.env if params.env is not None else dict(manager.default_env)
     cursor = ctx.services.bus.last_id  # a live view watches from here: nothing older
     if params.resume:
@@ -239,26 +272,13 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
     policy = params.policy or str(getattr(getattr(spec, "decision", None), "policy", "llm"))
     provider_test = None
     if needs_provider(policy):
-        from trainee.llm.client import live_test_all
-        from trainee.llm.settings import load_settings
+        from trainee.llm.client import provider_test as live_test
+        from trainee.llm.client import require_provider
 
-        settings = load_settings(env)
-        if settings.provider == "none":
-            raise ProviderError(
-                "no LLM provider is configured: trainee run needs one for the llm policy",
-                {
-                    "hint": "export TRAINEE_LLM_PROVIDER=openai OPENAI_API_KEY=... OPENAI_MODEL=..., "
-                    "or choose an offline policy: --policy tpe|random"
-                },
-            )
         # every configured provider is tried (a structured request, as decisions make):
         # a dead primary with a healthy backup still runs, on the backup
-        provider_test = await live_test_all(settings)
-        if not provider_test.get("ok"):
-            raise ProviderError(
-                f"the LLM provider failed its live test: {provider_test.get('error')}",
-                {"provider_test": provider_test, "hint": "check the key, model and base URL"},
-            )
+        provider_test = await live_test(env, policy=policy)
+        require_provider(provider_test)
     rec = await manager.start(
         spec,
         policy=policy,
@@ -278,39 +298,15 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
     )
 
 
-async def _resolve_session(ctx: CallContext, params: w.SessionParams) -> tuple[str, SessionRecord]:
-    manager = manager_of(ctx)
-    if params.project_root is None and params.session is None:
-        running = manager.running_sessions()
-        if len(running) == 1:
-            return running[0].project_root, running[0]
-        if ctx.services.project_root is None:
-            raise InvalidParams(
-                "name a session (and its project_root): "
-                + (f"{len(running)} sessions are running" if running else "no session is running"),
-                {"running": [r.id for r in running]},
-            )
-    if params.project_root is None and params.session is not None:
-        matches = [r for r in manager.running_sessions() if r.id == params.session]
-        if len(matches) == 1:
-            return matches[0].project_root, matches[0]
-    root = project_root_of(ctx, params.project_root)
-    store = await existing_store(ctx, root)
-    if params.session is None:
-        sessions = await store.list_sessions()
-        if not sessions:
-            raise NotFound(f"no session in {root}", {"project_root": root})
-        return root, sessions[-1]
-    return root, await store.get_session(parse_session(params.session))
-
-
 class LoopGetResult(msgspec.Struct, kw_only=True):
-    session: dict[str, Any]
-    rounds: list[dict[str, Any]]
-    current_round: dict[str, Any] | None
+    session: SessionView
+    rounds: list[RoundView]
+    current_round: RoundView | None
+    """The running (or pending) round."""
     running: bool
-    best: dict[str, Any] | None
-    baseline: dict[str, Any] | None
+    """The session's task runs in this daemon."""
+    best: RoundView | None
+    baseline: RoundView | None
 
 
 @registry.method(w.SessionParams, LoopGetResult)
@@ -321,9 +317,9 @@ async def loop_get(ctx: CallContext, params: w.SessionParams) -> LoopGetResult:
     ``idle_for`` on the running round is the seconds since its last output or
     log-file change (passive: it never stops anything).
     """
-    root, rec = await _resolve_session(ctx, params)
-    store = await existing_store(ctx, root)
-    rounds = await store.list_rounds(rec.index)
+    found = await resolve.resolve_session(ctx, params.session, params.project_root)
+    root, rec = found.root, found.record
+    rounds = await found.store.list_rounds(rec.index)
     now = time.time()
     current = next((r for r in rounds if r.status in ("running", "pending")), None)
     by_index = {r.index: r for r in rounds}
@@ -359,9 +355,9 @@ async def loop_stop(ctx: CallContext, params: w.SessionParams) -> LoopStopResult
     says so; an unknown session is NotFound.
     """
     manager = manager_of(ctx)
-    root = project_root_of(ctx, params.project_root) if params.project_root else None
+    root = resolve.project_root(ctx, params.project_root) if params.project_root else None
     try:
-        running = manager.find_running(root, params.session)
+        running = resolve.running_session(ctx, params.session, root)
     except NotFound:
         return await _nothing_to_stop(ctx, params, root)
     rec = running.runner.record
@@ -388,9 +384,7 @@ async def _nothing_to_stop(
         )
     state = await loop_get(ctx, w.SessionParams(session=params.session, project_root=root))
     rec = state.session
-    ended = f"{rec['id']} is {rec['status']}" + (
-        f" ({rec['stop_reason']})" if rec.get("stop_reason") else ""
-    )
+    ended = f"{rec.id} is {rec.status}" + (f" ({rec.stop_reason})" if rec.stop_reason else "")
     if params.session is None:
         ended = f"no session is running{where}; the latest, {ended}"
     return LoopStopResult(stopped=False, message=f"nothing to stop: {ended}", state=state)
@@ -398,8 +392,8 @@ async def _nothing_to_stop(
 
 class RunsListResult(msgspec.Struct, kw_only=True):
     project_root: str
-    sessions: list[dict[str, Any]]
-    rounds: list[dict[str, Any]]
+    sessions: list[SessionView]
+    rounds: list[RunView]
 
 
 @registry.method(w.RunsListParams, RunsListResult)
@@ -409,16 +403,19 @@ async def runs_list(ctx: CallContext, params: w.RunsListParams) -> RunsListResul
     ``run_id`` of a round in ``runs_get`` is its position in this list
     (1-based over the project's rounds in order); ``session`` narrows the list.
     """
-    root = project_root_of(ctx, params.project_root)
-    store = await existing_store(ctx, root)
+    root = resolve.project_root(ctx, params.project_root)
+    store = await resolve.project_store(ctx, root)
+    assert store is not None
     sessions = await store.list_sessions()
-    rounds: list[dict[str, Any]] = []
+    rounds: list[RunView] = []
     run_id = 0
+    now = time.time()
     for s in sessions:
         for r in await store.list_rounds(s.index):
             run_id += 1
             if params.session is None or s.id == params.session:
-                rounds.append({"run_id": run_id, "session_id": s.id, **_round_public(r)})
+                fields = _round_fields(r, now)
+                rounds.append(RunView(run_id=run_id, session_id=s.id, **fields))  # type: ignore[arg-type]
     wanted = [s for s in sessions if params.session is None or s.id == params.session]
     return RunsListResult(
         project_root=root, sessions=[_public(s) for s in wanted], rounds=rounds[-params.limit :]
@@ -428,8 +425,9 @@ async def runs_list(ctx: CallContext, params: w.RunsListParams) -> RunsListResul
 class RunsGetResult(msgspec.Struct, kw_only=True):
     run_id: int
     session_id: str
-    round: dict[str, Any]
-    decision: dict[str, Any] | None
+    round: RoundView
+    decision: DecisionRecord | None
+    """The decision that chose the round (None for the baseline)."""
     log_path: str
     metric_points: int
 
@@ -437,8 +435,9 @@ class RunsGetResult(msgspec.Struct, kw_only=True):
 @registry.method(w.RunsGetParams, RunsGetResult)
 async def runs_get(ctx: CallContext, params: w.RunsGetParams) -> RunsGetResult:
     """Return one round by ``run_id`` (see runs_list): record, its decision, log location."""
-    root = project_root_of(ctx, params.project_root)
-    store = await existing_store(ctx, root)
+    root = resolve.project_root(ctx, params.project_root)
+    store = await resolve.project_store(ctx, root)
+    assert store is not None
     run_id = 0
     for s in await store.list_sessions():
         decisions = None
@@ -448,13 +447,13 @@ async def runs_get(ctx: CallContext, params: w.RunsGetParams) -> RunsGetResult:
                 continue
             decisions = decisions or await store.list_decisions(s.index)
             decision = next((d for d in reversed(decisions) if d.round == r.index), None)
-            layout = ProjectLayout.for_root(root).session(s.index).round(r.index)
+            layout = ProjectLayout.for_root(root, s.env).session(s.index).round(r.index)
             points = await store.points(s.index, r.index)
             return RunsGetResult(
                 run_id=run_id,
                 session_id=s.id,
                 round=_round_public(r),
-                decision=msgspec.to_builtins(decision) if decision else None,
+                decision=decision,
                 log_path=str(layout.log),
                 metric_points=len(points),
             )
@@ -472,8 +471,8 @@ class ReportResult(msgspec.Struct, kw_only=True):
 @registry.method(w.SessionParams, ReportResult)
 async def session_report(ctx: CallContext, params: w.SessionParams) -> ReportResult:
     """Write a session's report.md and ledgers now (also done at session end) and return them."""
-    root, rec = await _resolve_session(ctx, params)
-    store = await existing_store(ctx, root)
+    found = await resolve.resolve_session(ctx, params.session, params.project_root)
+    root, rec, store = found.root, found.record, found.store
     rounds = await store.list_rounds(rec.index)
     decisions = await store.list_decisions(rec.index)
     layout = ProjectLayout.for_root(root).session(rec.index)
@@ -511,60 +510,144 @@ def _builtin_metric(rounds: list[RoundRecord]) -> str:
     return "loss"
 
 
-class PromptPreviewResult(msgspec.Struct, kw_only=True):
+class RoundMetricsResult(w.Wire):
+    session: str
+    round: int
+    points: list[tuple[str, float, int | None, int]]
+    """Every point in the order it was seen: ``[name, value, step, seq]``."""
+
+
+class RoundMetricsParams(w.Wire):
+    session: w.SessionRef
+    round: w.RoundRef
+    project_root: str | None = None
+
+
+@registry.method(RoundMetricsParams, RoundMetricsResult)
+async def round_metrics(ctx: CallContext, params: RoundMetricsParams) -> RoundMetricsResult:
+    """Every metric point of one round as ``[name, value, step, seq]``, read from the store.
+
+    The page draws a round's curves from these; a running round's points so far.
+    """
+    found = await resolve.resolve_round(ctx, params.session, params.round, params.project_root)
+    points = await found.store.points(found.record.index, found.round.index)
+    return RoundMetricsResult(
+        session=found.record.id,
+        round=found.round.index,
+        points=[(p.name, p.value, p.step, p.seq) for p in points],
+    )
+
+
+class PromptPreviewResult(w.Wire):
+    """``messages`` are exactly what the next decision sends: shaped for the response
+    format the provider gets first (``response_format``: the schema is in the system
+    message from ``json_object`` down), with ``format_body`` as its ``response_format``."""
+
     messages: list[dict[str, Any]]
     schema: dict[str, Any]
+    """The JSON schema the answer must follow."""
     chars: int
+    policy: str
+    """The policy whose prompt it is: the session's llm or hybrid, else llm."""
+    round: int
+    """The first round the decision is for."""
+    plans: int
+    """How many plans it asks for (``run.parallel`` candidates in one request)."""
+    provider: str | None
+    model: str | None
+    response_format: str | None
+    """json_schema, json_object or text; None when no provider is configured."""
+    format_body: dict[str, Any] | None
+    max_tokens: int
+    note: str = ""
 
 
 @registry.method(w.PromptPreviewParams, PromptPreviewResult)
 async def prompt_preview(ctx: CallContext, params: w.PromptPreviewParams) -> PromptPreviewResult:
-    """Compose the next decision prompt exactly as the llm policy would, without calling a provider.
+    """Compose the next decision's request exactly as the session would send it, without sending it.
 
-    With ``session``: from that session's rounds; else from an empty history.
+    With ``session``: from that session's rounds, environment (its provider settings),
+    budget and parallel candidates, and the project's journal, through the same code
+    as a real decision; else the first decision from an empty history with the
+    daemon's settings. Nothing is written and no provider is called.
     """
-    from trainee.llm.settings import load_settings
-    from trainee.research.prompt import build_messages
+    from trainee.llm.client import planned_request
 
-    root = project_root_of(ctx, params.project_root)
-    spec = await anyio.to_thread.run_sync(load_project, root)
-    settings = load_settings(dict(os.environ))
-    primary = spec.metrics.specs[0].name if spec.metrics.specs else None
-    goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
-    state = new_state(primary, goal)
-    if params.session:
-        store = await existing_store(ctx, root)
-        for r in await store.list_rounds(parse_session(params.session)):
-            if r.status in FINISHED:
-                from trainee.research.state import RoundSummary
-
-                state, _ = record_round(
-                    state,
-                    RoundSummary(
-                        index=r.index,
-                        status=r.status,
-                        params=r.params,
-                        diff=r.diff,
-                        metric=r.primary_metric,
-                        metrics=r.finals,
-                        hypothesis=r.hypothesis,
-                        expected=r.expected,
-                        verdict=None,
-                        verdict_reason="",
-                        duration_sec=None,
-                        failure_tail=r.failure_tail,
-                    ),
-                )
-    baseline = {t.name: t.baseline for t in spec.tunables}
-    messages = build_messages(
-        prompt_parts(spec, settings),
-        state,
-        spec.tunables,
-        baseline_params=baseline,
-        constraints=spec.constraints,
+    manager = manager_of(ctx)
+    root = resolve.project_root(ctx, params.project_root)
+    live: LlmPolicy | None = None
+    spec: ProjectSpec | None = None
+    if params.session is not None:
+        found = await resolve.resolve_session(ctx, params.session, root)
+        record = msgspec.structs.replace(found.record, env=manager.full_env(found.record))
+        rounds = await found.store.list_rounds(record.index)
+        running = manager.running_of(found.root, record.index)
+        if running is not None:
+            # what the running session sends: its spec, settings and prompt parts
+            spec = running.runner.spec
+            live = running.runner.policy if isinstance(running.runner.policy, LlmPolicy) else None
+    else:
+        rounds = []
+    if spec is None:
+        spec = await anyio.to_thread.run_sync(load_project, root)
+    if params.session is None:
+        record = _unsaved_session(manager, spec)
+    name = record.policy if record.policy in ("llm", "hybrid") else "llm"
+    policy = await manager.decision_policy(
+        spec,
+        record,
+        policy=name,
+        write_journal=False,
+        prompt=(live.settings, live.parts) if live is not None else None,
     )
+    assert isinstance(policy, LlmPolicy)
+    state = rebuild_state(spec, rounds)
+    observe_history(policy, rounds)
+    index = max((r.index for r in rounds), default=1) + 1
+    if rounds:
+        state = msgspec.structs.replace(state, budget=decision_budget(spec, record, rounds, index))
+    slots = decision_slots(spec, record, rounds)
+    baseline = {t.name: t.baseline for t in spec.tunables}
+    request = await anyio.to_thread.run_sync(
+        lambda: policy.request(state, spec.tunables, baseline, slots)
+    )
+    settings = policy.settings
+    try:
+        sent = planned_request(
+            request.messages,
+            settings=settings,
+            schema=request.schema,
+            max_tokens=request.max_tokens,
+        )
+    except ProviderError as exc:
+        messages, provider, model, level, body = request.messages, None, None, None, None
+        note = f"{exc.message}: the messages as composed, before a provider shapes them"
+    else:
+        messages, provider, model = sent.messages, sent.provider, sent.model
+        level, body, note = sent.response_format, sent.format_body, ""
     return PromptPreviewResult(
         messages=messages,
-        schema=plan_json_schema(spec.tunables),
+        schema=request.schema,
         chars=sum(len(str(m.get("content", ""))) for m in messages),
+        policy=name,
+        round=index,
+        plans=request.plans,
+        provider=provider,
+        model=model,
+        response_format=level,
+        format_body=body,
+        max_tokens=request.max_tokens,
+        note=note,
+    )
+
+
+def _unsaved_session(manager: SessionManager, spec: ProjectSpec) -> SessionRecord:
+    """The record a session started now would have (not stored): the daemon's env."""
+    return SessionRecord(
+        index=1,
+        project_root=spec.project_root,
+        policy=str(spec.decision.policy),
+        security_mode=str(spec.advanced.security_mode),
+        max_rounds=spec.run.max_rounds,
+        env=dict(manager.default_env),
     )

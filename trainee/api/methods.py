@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -14,8 +13,6 @@ import trainee
 from trainee.api.context import CallContext
 from trainee.api.registry import Registry
 from trainee.errors import InvalidParams, InvalidState, LimitExceeded, NotFound
-from trainee.ids import parse_session
-from trainee.launch.layout import ProjectLayout
 from trainee.spec import wire as w
 
 registry = Registry()
@@ -70,6 +67,19 @@ async def tools_list(ctx: CallContext, params: w.ToolsListParams) -> list[dict[s
     if params.name is not None:
         return [registry.get(params.name).tool_schema()]
     return registry.tool_schemas()
+
+
+@registry.method(w.NoParams, dict[str, Any])
+async def openapi_get(ctx: CallContext, params: w.NoParams) -> dict[str, Any]:
+    """Return the OpenAPI 3.1 document of the HTTP API, generated from this registry.
+
+    Also ``GET /api/openapi.json``: every method as ``POST /api/tools/{name}`` with
+    its params and result schemas, the URLs that are methods too, the event stream
+    and ``/rpc``.
+    """
+    from trainee.api.openapi import build_openapi
+
+    return build_openapi(registry)
 
 
 # -- events --------------------------------------------------------------------
@@ -177,59 +187,3 @@ async def events_publish(ctx: CallContext, params: w.EventsPublishParams) -> w.E
             {"field": "data", "reason": "too large", "limit": MAX_NOTE_BYTES},
         )
     return ctx.services.bus.publish(params.kind, params.data, session=params.session)
-
-
-# -- logs ----------------------------------------------------------------------
-
-
-def _project_root(ctx: CallContext, given: str | None) -> Path:
-    if given:
-        root = Path(given)
-        if not root.is_absolute():
-            raise InvalidParams(
-                f"project_root must be an absolute path, got {given!r}",
-                {"field": "project_root", "reason": "not absolute"},
-            )
-        return root
-    if ctx.services.project_root is None:
-        raise InvalidParams(
-            "no project_root given and the daemon is not bound to a project",
-            {"field": "project_root", "reason": "missing"},
-        )
-    return ctx.services.project_root
-
-
-@registry.method(w.LogsTailParams, w.LogsTailResult)
-async def logs_tail(ctx: CallContext, params: w.LogsTailParams) -> w.LogsTailResult:
-    """Read a round's log from a byte offset (stateless, like Supervisor's tail).
-
-    A negative ``offset`` counts from the end. Returns up to ``length`` bytes as
-    text (invalid UTF-8 replaced), ``next_offset`` to pass next time, and
-    ``overflow`` when more than ``length`` bytes were waiting.
-    """
-    root = _project_root(ctx, params.project_root)
-    session = ProjectLayout.for_root(root).session(parse_session(params.session))
-    path = session.round(params.round).log
-    try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            offset = params.offset
-            if offset < 0:
-                offset = max(0, size + offset)
-            offset = min(offset, size)
-            fh.seek(offset)
-            chunk = fh.read(params.length)
-    except FileNotFoundError:
-        raise NotFound(
-            f"no log for {params.session} round {params.round}: {path}",
-            {"path": str(path)},
-        ) from None
-    next_offset = offset + len(chunk)
-    return w.LogsTailResult(
-        path=str(path),
-        data=chunk.decode("utf-8", "replace"),
-        offset=offset,
-        next_offset=next_offset,
-        size=size,
-        overflow=next_offset < size,
-    )

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from trainee.api import resolve
 from trainee.api.context import CallContext
 from trainee.api.methods import registry
 from trainee.discovery.init import InitResult, PrepareResult, init_project, prepare_project
@@ -17,7 +18,6 @@ from trainee.errors import ConfigError, InvalidParams
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import config_diff, render_round
 from trainee.launch.sandbox import check_bwrap
-from trainee.policies import needs_provider
 from trainee.session.doctor import DoctorReport, run_doctor
 from trainee.spec import (
     ProjectFileSpec,
@@ -30,29 +30,6 @@ from trainee.spec import (
     save_project_files,
 )
 from trainee.spec import wire as w
-
-
-def project_root_of(ctx: CallContext, given: str | None) -> str:
-    """An absolute, existing project folder from the params or the daemon's binding."""
-    if given is None:
-        bound = ctx.services.project_root
-        if bound is None:
-            raise InvalidParams(
-                "no project_root given and the daemon is not bound to a project",
-                {"field": "project_root", "reason": "missing"},
-            )
-        return str(bound)
-    if not os.path.isabs(given):
-        raise InvalidParams(
-            f"project_root must be an absolute path, got {given!r}",
-            {"field": "project_root", "reason": "not absolute"},
-        )
-    if not os.path.isdir(given):
-        raise InvalidParams(
-            f"project_root {given} is not a folder",
-            {"field": "project_root", "reason": "not a folder"},
-        )
-    return os.path.realpath(given)
 
 
 def project_policy(root: str) -> str:
@@ -69,19 +46,9 @@ async def _provider_test(
 ) -> dict[str, Any]:
     """The provider's live test as init and prepare report it: ``needed`` says whether
     the project's policy asks a provider (a failed test then fails the command)."""
-    needed = needs_provider(policy)
-    base: dict[str, Any] = {"policy": policy, "needed": needed}
-    if not needed:
-        return {**base, "skipped": True, "reason": f"policy {policy} needs no provider"}
-    if skip:
-        return {**base, "skipped": True, "reason": "--skip-provider-test"}
-    from trainee.llm.client import live_test_all
-    from trainee.llm.settings import load_settings
+    from trainee.llm.client import provider_test
 
-    settings = load_settings(env or dict(os.environ))
-    if settings.provider == "none":
-        return {**base, "ok": False, "provider": "none", "error": "no LLM provider is configured"}
-    return {**base, **await live_test_all(settings)}
+    return await provider_test(env or dict(os.environ), policy=policy, skip=skip)
 
 
 class InitOutput(msgspec.Struct, kw_only=True):
@@ -102,7 +69,7 @@ async def project_init(ctx: CallContext, params: w.ProjectInitParams) -> InitOut
     ``provider_test`` is the live test of the LLM provider when the project's decision
     policy needs one (``needed``).
     """
-    root = project_root_of(ctx, params.project_root)
+    root = resolve.project_root(ctx, params.project_root)
     result = await anyio.to_thread.run_sync(
         lambda: init_project(
             root,
@@ -131,7 +98,7 @@ async def project_prepare(ctx: CallContext, params: w.ProjectPrepareParams) -> P
     Never lists output.config_path, launch.args, run.fixed_args or data flags.
     ``replace`` regenerates tuning.yaml and context.md. Review the result.
     """
-    root = project_root_of(ctx, params.project_root)
+    root = resolve.project_root(ctx, params.project_root)
     result = await anyio.to_thread.run_sync(lambda: prepare_project(root, replace=params.replace))
     policy = await anyio.to_thread.run_sync(project_policy, root)
     return PrepareOutput(
@@ -147,7 +114,7 @@ async def tunables_discover(ctx: CallContext, params: w.TunablesDiscoverParams) 
     Suggestions come from the baseline config and the entrypoint's options,
     ranked by hyperparameter names, with bounds from the value's magnitude.
     """
-    root = project_root_of(ctx, params.project_root)
+    root = resolve.project_root(ctx, params.project_root)
     return await anyio.to_thread.run_sync(
         lambda: discover_tunables(
             root, limit=params.limit, apply=params.apply, replace=params.replace
@@ -164,7 +131,7 @@ async def project_doctor(ctx: CallContext, params: w.DoctorParams) -> DoctorRepo
     need one: ``policy``, default decision.policy), and each metric spec tried on the
     last round log when there is one, read as the runtime reads it.
     """
-    root = project_root_of(ctx, params.project_root)
+    root = resolve.project_root(ctx, params.project_root)
     env = params.env if params.env is not None else dict(os.environ)
     return await run_doctor(
         root, env=env, skip_provider_test=params.skip_provider_test, policy=params.policy
@@ -194,7 +161,7 @@ async def loop_dry_run(ctx: CallContext, params: w.DryRunParams) -> DryRunResult
     next session would really get. Creates no runtime database and no round folder:
     the round config is rendered to a temporary file only to show its diff.
     """
-    root = project_root_of(ctx, params.project_root)
+    root = resolve.project_root(ctx, params.project_root)
     spec = await anyio.to_thread.run_sync(load_project, root)
     session = await _next_session_index(ctx, root)
     mode = params.security_mode or str(spec.advanced.security_mode)
@@ -213,9 +180,8 @@ async def _next_session_index(ctx: CallContext, root: str) -> int:
     1 while the project has no runtime database (none is created to find out)."""
     if not ProjectLayout.for_root(root).database.exists():
         return 1
-    from trainee.api.loop_methods import manager_of
-
-    store = await manager_of(ctx).store_for(root)
+    store = await resolve.project_store(ctx, root)
+    assert store is not None
     return await store.next_session_index()
 
 
@@ -287,7 +253,7 @@ async def project_get(ctx: CallContext, params: w.ProjectRootParams) -> ProjectG
     Each tunable carries its resolved baseline value (config-backed params read
     it from the baseline config).
     """
-    root = project_root_of(ctx, params.project_root)
+    root = resolve.project_root(ctx, params.project_root)
     spec = await anyio.to_thread.run_sync(load_project, root)
     return ProjectGetResult(
         project_root=spec.project_root,
@@ -308,7 +274,7 @@ async def project_register(ctx: CallContext, params: w.ProjectRegisterParams) ->
     content) and ``project_root``. Everything is validated first; on any error
     nothing is written.
     """
-    root = project_root_of(ctx, params.project_root)
+    root = resolve.project_root(ctx, params.project_root)
     raw = msgspec.to_builtins(params)
     tuning_raw = raw.pop("tuning") or {}
     raw.pop("project_root")
@@ -350,7 +316,7 @@ async def project_update_context(
     This file is part of every decision prompt: what the project is, what
     matters, what must not change.
     """
-    root = project_root_of(ctx, params.project_root)
+    root = resolve.project_root(ctx, params.project_root)
     path = Path(root) / ".trainee" / "context.md"
     if not path.parent.is_dir():
         raise InvalidParams(
@@ -369,3 +335,50 @@ async def project_update_context(
 
     content = await anyio.to_thread.run_sync(write)
     return ContextResult(path=str(path), content=content)
+
+
+class KnownProject(w.Wire):
+    """A project the daemon knows. ``running``: the ids of its running sessions."""
+
+    root: str
+    name: str
+    bound: bool
+    """The project the daemon is bound to (``trainee serve PROJECT``)."""
+    exists: bool
+    configured: bool
+    """It has a .trainee/project.yaml."""
+    running: list[str]
+
+
+class ProjectsListResult(w.Wire):
+    bound: str | None
+    projects: list[KnownProject]
+
+
+@registry.method(w.NoParams, ProjectsListResult)
+async def projects_list(ctx: CallContext, params: w.NoParams) -> ProjectsListResult:
+    """List the projects the daemon knows: the bound one, those it ran sessions in, running ones.
+
+    Each with its name, whether it exists and is configured, and its running sessions.
+    """
+    manager = resolve.manager_of(ctx)
+    running = manager.running_sessions()
+    bound = str(ctx.services.project_root) if ctx.services.project_root else None
+    roots: list[str] = []
+    for root in [bound, *manager.known_projects(), *(r.project_root for r in running)]:
+        if root and root not in roots:
+            roots.append(root)
+    return ProjectsListResult(
+        bound=bound,
+        projects=[
+            KnownProject(
+                root=root,
+                name=os.path.basename(root.rstrip("/")) or root,
+                bound=root == bound,
+                exists=os.path.isdir(root),
+                configured=os.path.isfile(os.path.join(root, ".trainee", "project.yaml")),
+                running=[r.id for r in running if r.project_root == root],
+            )
+            for root in roots
+        ],
+    )

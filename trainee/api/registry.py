@@ -1,9 +1,12 @@
 """The one method registry: every operation trainee offers, registered once.
 
-The same table is served over JSON-RPC on the Unix socket and ``POST /rpc``, as
-the HTTP tool API (``/api/tools``), and rendered as OpenAI-style function
-schemas. A method is one async handler taking a msgspec ``Params`` Struct and
-returning a msgspec ``Result`` (or any JSON-able value).
+The registry is the daemon's only facade: the same table is served over JSON-RPC
+on the Unix socket and ``POST /rpc``, as the HTTP tool API (``/api/tools``), to the
+web page, the CLI (``trainee call``) and MCP; it is rendered as OpenAI-style
+function schemas and as the OpenAPI document. A method is one async handler
+taking a msgspec ``Params`` Struct and returning a msgspec ``Result`` (or any
+JSON-able value). While the daemon shuts down every call but ``daemon_stop``
+raises :class:`~trainee.errors.ShuttingDown`.
 """
 
 from __future__ import annotations
@@ -18,15 +21,19 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from trainee.errors import InvalidParams, MethodNotFound
-from trainee.ids import IdError, canonical_session
-from trainee.spec.wire import SESSION_META
+from trainee.api.context import CallContext
+from trainee.errors import InvalidParams, MethodNotFound, ShuttingDown
+from trainee.ids import IdError, canonical_session, parse_round
+from trainee.spec.wire import ROUND_META, SESSION_META
 
 P = TypeVar("P", bound=msgspec.Struct)
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
+
+DURING_SHUTDOWN = frozenset({"daemon_stop"})
+"""The methods still answered while the daemon shuts down (asking it to stop again)."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,8 @@ class Method(Generic[P]):
 
         Strict: a name the method does not take is refused (every such name is
         listed), an int must be a JSON integer (``32.0`` is refused) of at most 64 bits,
-        a float must be finite, and session ids are parsed by :mod:`trainee.ids` into
-        their canonical form.
+        a float must be finite, and session and round ids are parsed by
+        :mod:`trainee.ids` (a session into its canonical form, a round into its number).
         """
         if raw is None:
             raw = {}
@@ -73,6 +80,7 @@ class Method(Generic[P]):
                 + (", ".join(sorted(names)) or "no params"),
                 {"method": self.name, "reason": "unknown params", "unknown": unknown[:20]},
             )
+        raw = self._parse_ids(raw)
         try:
             params = msgspec.convert(raw, type=self.params_type, str_keys=True)
         except msgspec.ValidationError as exc:
@@ -92,19 +100,31 @@ class Method(Generic[P]):
                     f"{self.name}: {name}: must be a finite number, got {value}",
                     {"method": self.name, "field": name, "reason": "not finite"},
                 )
-        for name in _session_fields(self.params_type):
-            value = getattr(params, name)
-            if value is not None:
-                try:
-                    setattr(params, name, canonical_session(value))
-                except IdError as exc:
-                    raise InvalidParams(
-                        f"{self.name}: {name}: {exc.message}"
-                        if name != "session"
-                        else f"{self.name}: {exc.message}",
-                        {"method": self.name, "field": name, "reason": "bad session id"},
-                    ) from None
         return params
+
+    def _parse_ids(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """``raw`` with its rounds (``RoundRef``) as ints and its sessions (``SessionRef``)
+        canonical, parsed by :mod:`trainee.ids` (every accepted form, a JSON integer too)."""
+        parsers = (
+            (ROUND_META, parse_round, "bad round number"),
+            (SESSION_META, canonical_session, "bad session id"),
+        )
+        out = raw
+        for meta, parse, reason in parsers:
+            for name in _marked_fields(self.params_type, meta):
+                if out.get(name) is None:
+                    continue
+                try:
+                    value = parse(out[name])
+                except IdError as exc:
+                    where = "" if name in ("round", "session") else f" (at {name})"
+                    raise InvalidParams(
+                        f"{self.name}: invalid params: {exc.message}{where}",
+                        {"method": self.name, "field": name, "reason": reason},
+                    ) from None
+                out = out if out is not raw else dict(raw)
+                out[name] = value
+        return out
 
     def params_schema(self) -> dict[str, Any]:
         """JSON schema of the params, inlined (no $ref) so tool callers can read it."""
@@ -117,13 +137,16 @@ class Method(Generic[P]):
         return _inline_schema(msgspec.json.schema(self.result_type))
 
     def tool_schema(self) -> dict[str, Any]:
-        """The OpenAI-style function schema of this method."""
+        """The OpenAI-style function schema of this method; its description ends with
+        the fields of the result (``Returns: ...``)."""
+        returns = _returns_line(self.result_schema())
         return {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.summary
-                + (f"\n\n{self.description}" if self.description else ""),
+                + (f"\n\n{self.description}" if self.description else "")
+                + (f"\n\n{returns}" if returns else ""),
                 "parameters": self.params_schema(),
             },
         }
@@ -182,8 +205,16 @@ class Registry:
     def names(self) -> list[str]:
         return list(self._methods)
 
-    async def call(self, name: str, raw_params: Any, ctx: Any) -> Any:
+    async def call(self, name: str, raw_params: Any, ctx: CallContext) -> Any:
+        """Decode ``raw_params`` strictly and run the method (ShuttingDown while the
+        daemon stops, except :data:`DURING_SHUTDOWN`)."""
         method = self.get(name)
+        if ctx.services.closing and name not in DURING_SHUTDOWN:
+            raise ShuttingDown(
+                f"the daemon is shutting down: {name} was not run; "
+                "call it again once a daemon is running",
+                {"method": name, "hint": "trainee daemon start"},
+            )
         params = method.decode_params(raw_params)
         return await method.handler(ctx, params)
 
@@ -204,16 +235,28 @@ def _field_names(struct: type[msgspec.Struct]) -> frozenset[str]:
 
 
 @functools.cache
-def _session_fields(struct: type[msgspec.Struct]) -> tuple[str, ...]:
-    """The fields of a Params Struct typed ``SessionRef`` (or ``SessionRef | None``)."""
+def _marked_fields(struct: type[msgspec.Struct], meta: msgspec.Meta) -> tuple[str, ...]:
+    """The fields of a Params Struct typed ``SessionRef`` / ``RoundRef`` (``meta``),
+    or ``... | None``."""
     hints = typing.get_type_hints(struct, include_extras=True)
 
     def marked(hint: Any) -> bool:
-        return SESSION_META in getattr(hint, "__metadata__", ()) or any(
+        return meta in getattr(hint, "__metadata__", ()) or any(
             marked(arg) for arg in typing.get_args(hint)
         )
 
     return tuple(name for name in struct.__struct_fields__ if marked(hints.get(name)))
+
+
+def _returns_line(schema: dict[str, Any]) -> str:
+    """``Returns: a, b, c.`` for a result with named fields (a list of them too)."""
+    what = ""
+    if schema.get("type") == "array" and isinstance(schema.get("items"), dict):
+        schema, what = schema["items"], "a list of "
+    props = schema.get("properties")
+    if schema.get("type") != "object" or not props:
+        return ""
+    return f"Returns: {what}{', '.join(props)}."
 
 
 def _inline_schema(schema: dict[str, Any]) -> dict[str, Any]:

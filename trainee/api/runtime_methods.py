@@ -73,10 +73,10 @@ async def llm_test(ctx: CallContext, params: LlmTestParams) -> dict[str, Any]:
     when given (the caller's shell, as doctor does), else from the daemon's environment;
     ``environment`` says which.
     """
-    from trainee.llm.client import live_test
+    from trainee.llm.client import provider_test
 
-    settings = load_settings(params.env if params.env is not None else _env())
-    result = await live_test(settings, params.provider)
+    env = params.env if params.env is not None else _env()
+    result = await provider_test(env, provider=params.provider, failover=False)
     result["environment"] = "caller" if params.env is not None else "daemon"
     return result
 
@@ -99,6 +99,9 @@ async def runtime_debug_update(ctx: CallContext, params: w.DebugUpdateParams) ->
     return DebugResult(enabled=params.enabled)
 
 
+MAX_SYSTEM_PROMPT = 64 * 1024
+
+
 class SystemPromptResult(w.Wire):
     prompt: str
     is_default: bool
@@ -106,7 +109,10 @@ class SystemPromptResult(w.Wire):
 
 @registry.method(w.NoParams, SystemPromptResult)
 async def runtime_system_prompt_get(ctx: CallContext, params: w.NoParams) -> SystemPromptResult:
-    """Return the global decision system prompt (the first part of every decision prompt)."""
+    """Return the global decision system prompt (the first part of every decision prompt).
+
+    Also ``GET /api/runtime/system-prompt``.
+    """
     from trainee.llm.settings import DEFAULT_SYSTEM_PROMPT
 
     prompt = load_settings(_env()).system_prompt
@@ -117,9 +123,16 @@ async def runtime_system_prompt_get(ctx: CallContext, params: w.NoParams) -> Sys
 async def runtime_system_prompt_update(
     ctx: CallContext, params: w.SystemPromptUpdateParams
 ) -> SystemPromptResult:
-    """Replace the global decision system prompt; an empty prompt restores the default."""
-    if len(params.prompt) > 64 * 1024:
-        raise InvalidParams("the system prompt is limited to 64 KiB", {"field": "prompt"})
+    """Replace the global decision system prompt; an empty prompt restores the default.
+
+    Also ``PUT /api/runtime/system-prompt`` with ``{"prompt": ...}``; at most 64 KiB.
+    """
+    if len(params.prompt) > MAX_SYSTEM_PROMPT:
+        raise InvalidParams(
+            f"the system prompt is too large: {len(params.prompt)} characters "
+            f"({MAX_SYSTEM_PROMPT} at most)",
+            {"field": "prompt", "reason": "too large", "limit": MAX_SYSTEM_PROMPT},
+        )
     await _save({"system_prompt": params.prompt})
     return await runtime_system_prompt_get(ctx, w.NoParams())
 

@@ -1,4 +1,4 @@
-"""How the CLI prints and exits: one table from error class to exit status."""
+"""How the CLI prints and exits (each error class carries its exit status)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up 
 if TYPE_CHECKING:
     from typing import Any
 
-EXIT_STATUS = errors.EXIT_STATUS
 EXIT_INTERRUPTED = errors.EXIT_INTERRUPTED
 exit_status_for = errors.exit_status_for
 

@@ -1,5 +1,11 @@
 """The HTTP side of the daemon: ``POST /rpc``, the tool API, their guard and connection limits.
 
+Every API route is a registry method: ``POST /api/tools/{name}`` and ``/rpc`` for all
+of them, plus the URLs of :data:`trainee.api.routes.ALIASES` (path and query are the
+method's params). A method's error becomes its class's HTTP status
+(:mod:`trainee.errors`, one Starlette exception handler); an unexpected exception
+becomes InternalError (500) with an incident id, its traceback only in the log.
+
 The tool API can start commands, so a web page the user happens to visit must
 not be able to reach it: requests must carry the daemon's Host (DNS
 rebinding), a state-changing request from a browser must come from the page's
@@ -40,28 +46,27 @@ from anyio.abc import TaskStatus
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from trainee.api.context import CallContext, Services
 from trainee.api.registry import Registry
+from trainee.api.routes import ALIASES, TOKEN_COOKIE, HttpAlias
 from trainee.daemon.limits import LargeRequests, Limits
 from trainee.errors import (
-    Forbidden,
     InvalidParams,
     LimitExceeded,
-    MethodNotFound,
     NotFound,
     ParseError,
     TraineeError,
 )
-from trainee.rpc.protocol import Dispatcher
+from trainee.jobfiles import NotRegularFile, open_job_file
+from trainee.rpc.protocol import Dispatcher, as_trainee_error
 
 log = logging.getLogger("trainee.daemon.http")
 
-TOKEN_COOKIE = "trainee_token"
 TOKEN_COOKIE_MAX_AGE = 30 * 24 * 3600
 ACCEPT_BACKLOG = 128
 ACCEPT_BATCH = 16
@@ -228,24 +233,104 @@ def json_response(data: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(data), status_code=status, media_type="application/json")
 
 
-def error_status(exc: TraineeError) -> int:
-    """The HTTP status of an error raised by a method."""
-    if isinstance(exc, MethodNotFound | NotFound):
-        return 404
-    if isinstance(exc, InvalidParams | ParseError):
-        return 400
-    if isinstance(exc, LimitExceeded):
-        what = (exc.data or {}).get("what")
-        if what in ("request bytes", "reply bytes"):
-            return 413
-        return 408 if what == "body time" else 503
-    if isinstance(exc, Forbidden):
-        return 403
-    return 422
+def error_response(exc: TraineeError, *, rpc: bool = False) -> Response:
+    """The answer to a request that ended with ``exc``: its class's HTTP status and its
+    wire form (as a JSON-RPC answer with id null on ``/rpc``)."""
+    body = (
+        {"jsonrpc": "2.0", "error": exc.to_wire(), "id": None} if rpc else {"error": exc.to_wire()}
+    )
+    return json_response(body, exc.response_status())
 
 
-def error_response(exc: TraineeError) -> Response:
-    return json_response({"error": exc.to_wire()}, error_status(exc))
+async def _on_error(request: Request, exc: Exception) -> Response:
+    """The one exception handler: every TraineeError an endpoint raises ends here."""
+    assert isinstance(exc, TraineeError)
+    return error_response(exc, rpc=request.url.path == "/rpc")
+
+
+DOWNLOAD_CSP = "default-src 'none'; style-src 'unsafe-inline'; sandbox"
+DOWNLOAD_CHUNK = 1 << 20
+
+
+def json_body(body: bytes) -> Any:
+    """A request body as JSON ({} when empty); ParseError naming the reason."""
+    if not body.strip():
+        return {}
+    try:
+        return msgspec.json.decode(body)
+    except (msgspec.DecodeError, ValueError, RecursionError) as exc:
+        raise ParseError(f"request body is not valid JSON: {exc}") from None
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def query_params(request: Request, props: dict[str, Any], skip: frozenset[str]) -> dict[str, Any]:
+    """The query string as a method's params: each value converted to the type its
+    param takes (an empty value is left out, as if not given)."""
+    out: dict[str, Any] = {}
+    for key, value in request.query_params.multi_items():
+        if key in skip or value == "":
+            continue
+        schema = props.get(key, {})
+        kinds = {schema.get("type")} | {s.get("type") for s in schema.get("anyOf", [])}
+        if "string" in kinds or isinstance(schema.get("type"), list):
+            out[key] = value
+        elif "integer" in kinds:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise InvalidParams(
+                    f"{key} must be an integer, got {value[:40]!r}",
+                    {"field": key, "reason": "not an int"},
+                ) from None
+        elif "boolean" in kinds:
+            if value.lower() not in _TRUE | _FALSE:
+                raise InvalidParams(
+                    f"{key} must be true or false, got {value[:40]!r}",
+                    {"field": key, "reason": "not a boolean"},
+                )
+            out[key] = value.lower() in _TRUE
+        else:
+            out[key] = value
+    return out
+
+
+async def stream_file(request: Request, path: str, filename: str, media_type: str) -> Response:
+    """The regular file at ``path`` (no symlink) streamed as it is now: its size when
+    opened, in chunks, never more held than one."""
+    try:
+        fd = await anyio.to_thread.run_sync(open_job_file, path)
+    except (FileNotFoundError, NotRegularFile) as exc:
+        raise NotFound(
+            f"{filename} is not there: {path}", {"path": path, "reason": str(exc)}
+        ) from None
+    size = os.fstat(fd).st_size
+    disposition = "inline" if request.query_params.get("inline") else "attachment"
+    headers = {
+        "Content-Length": str(size),
+        "Content-Disposition": f'{disposition}; filename="{filename}"',
+        "Content-Security-Policy": DOWNLOAD_CSP,
+        "Cache-Control": "no-cache",
+    }
+    if request.method == "HEAD":
+        os.close(fd)
+        return Response(headers=headers, media_type=media_type)
+
+    async def chunks() -> Any:
+        try:
+            left = size
+            while left > 0:
+                chunk = await anyio.to_thread.run_sync(os.read, fd, min(DOWNLOAD_CHUNK, left))
+                if not chunk:
+                    return
+                left -= len(chunk)
+                yield chunk
+        finally:
+            os.close(fd)
+
+    return StreamingResponse(chunks(), headers=headers, media_type=media_type)
 
 
 def build_app(
@@ -260,9 +345,27 @@ def build_app(
     large: LargeRequests | None = None,
     gate: ConnectionGate | None = None,
 ) -> ASGIApp:
-    """The Starlette app of the daemon; the web UI adds its pages and streams as ``extra_routes``."""
+    """The Starlette app of the daemon: ``/rpc``, every method as a tool and by its aliases;
+    the web UI adds its pages and event stream as ``extra_routes``."""
     limits = limits or Limits()
     large = large or LargeRequests(limits)
+
+    async def run(name: str, params: Any, ctx: CallContext) -> Any:
+        """Call a method; a failure that is no TraineeError becomes InternalError."""
+        try:
+            return await registry.call(name, params, ctx)
+        except TraineeError:
+            raise
+        except Exception as exc:
+            raise as_trainee_error(exc, logger=log, where=f"tool {name}") from None
+
+    def encoded(name: str, result: Any) -> bytes:
+        try:
+            return msgspec.json.encode(result)
+        except Exception as exc:
+            raise as_trainee_error(
+                exc, logger=log, where=f"encoding the result of {name}"
+            ) from None
 
     async def read_body(request: Request) -> bytes:
         """The whole body, bounded in size and time; LimitExceeded names what was passed."""
@@ -292,12 +395,7 @@ def build_app(
         return bytes(body)
 
     async def rpc(request: Request) -> Response:
-        try:
-            body = await read_body(request)
-        except LimitExceeded as exc:
-            return json_response(
-                {"jsonrpc": "2.0", "error": exc.to_wire(), "id": None}, error_status(exc)
-            )
+        body = await read_body(request)
         ctx = CallContext(services=services, transport="http")
         if not large.charge(0, len(body)):  # handled too: decoding takes a few times its size
             busy = LimitExceeded(
@@ -314,50 +412,46 @@ def build_app(
             return Response(status_code=204)
         return Response(response, media_type="application/json")
 
-    async def tools(request: Request) -> Response:
-        name = request.query_params.get("name")
-        if name:
-            try:
-                return json_response([registry.get(name).tool_schema()])
-            except MethodNotFound as exc:
-                return json_response({"error": exc.to_wire()}, 404)
-        return json_response(registry.tool_schemas())
-
     async def call_tool(request: Request) -> Response:
         name = request.path_params["name"]
-        try:
-            body = await read_body(request)
-            params = msgspec.json.decode(body) if body.strip() else {}
-        except LimitExceeded as exc:
-            return error_response(exc)
-        except ValueError:
-            return json_response(
-                {"error": ParseError("request body is not valid JSON").to_wire()}, 400
-            )
-        except msgspec.DecodeError as exc:
-            return json_response(
-                {"error": ParseError(f"request body is not valid JSON: {exc}").to_wire()}, 400
-            )
+        params = json_body(await read_body(request))
         ctx = CallContext(services=services, transport="http")
-        try:
-            result = await registry.call(name, params, ctx)
-        except TraineeError as exc:
-            return json_response({"error": exc.to_wire()}, error_status(exc))
-        except Exception:
-            incident = secrets.token_hex(4)
-            log.exception("tool %s failed (incident %s)", name, incident)
-            return json_response(
-                {"error": {"code": -32603, "message": f"Internal error (incident {incident})"}}, 500
-            )
-        return json_response({"result": result})
+        result = encoded(name, await run(name, params, ctx))
+        return Response(b'{"result":' + result + b"}", media_type="application/json")
+
+    def alias_endpoint(alias: HttpAlias) -> Callable[[Request], Any]:
+        skip = frozenset({"inline"}) if alias.stream else frozenset()
+
+        async def endpoint(request: Request) -> Response:
+            ctx = CallContext(services=services, transport="http")
+            if alias.body:
+                params = json_body(await read_body(request))
+                if not isinstance(params, dict):
+                    raise InvalidParams(
+                        f"the body of {request.method} {request.url.path} must be a JSON "
+                        f"object of {alias.method}'s params",
+                        {"field": "body", "reason": "not an object"},
+                    )
+            else:
+                props = registry.get(alias.method).params_schema().get("properties", {})
+                params = query_params(request, props, skip)
+            params.update(request.path_params)
+            if alias.stream:
+                params["length"] = 0  # only the file's facts: the file itself is streamed
+                found = await run(alias.method, params, ctx)
+                return await stream_file(request, found.path, found.filename, found.media_type)
+            result = await run(alias.method, params, ctx)
+            return Response(encoded(alias.method, result), media_type="application/json")
+
+        return endpoint
 
     routes: list[BaseRoute] = [
         Route("/rpc", rpc, methods=["POST"]),
-        Route("/api/tools", tools, methods=["GET"]),
         Route("/api/tools/{name}", call_tool, methods=["POST"]),
+        *(Route(alias.path, alias_endpoint(alias), methods=list(alias.verbs)) for alias in ALIASES),
         *extra_routes,
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, exception_handlers={TraineeError: _on_error})
     return Guard(app, token=token, allowed_hosts=allowed_hosts, gate=gate)
 
 

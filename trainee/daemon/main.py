@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,8 @@ from trainee.session.manager import SessionManager
 log = logging.getLogger("trainee.daemon")
 
 # Exit statuses from the one table in trainee.errors (``trainee serve`` becomes this process).
-EXIT_ALREADY_RUNNING = errors.EXIT_STATUS[errors.InvalidState]
-EXIT_START_FAILED = errors.EXIT_STATUS[errors.InternalError]
+EXIT_ALREADY_RUNNING = errors.InvalidState.exit_status
+EXIT_START_FAILED = errors.InternalError.exit_status
 
 
 @dataclass
@@ -174,6 +175,11 @@ async def _serve(config: DaemonConfig) -> int:
         )
 
     shutdown = anyio.Event()
+
+    def begin_shutdown() -> None:
+        services.closing = True  # from now on the registry answers ShuttingDown
+        shutdown.set()
+
     # Event ids keep increasing across daemon restarts (SSE clients resume by id).
     bus = EventBus(
         first_id=int(time.time() * 1000) * 1000,
@@ -187,7 +193,7 @@ async def _serve(config: DaemonConfig) -> int:
         bus=bus,
         socket_path=str(config.socket_path),
         started_at=time.time(),
-        request_shutdown=shutdown.set,
+        request_shutdown=begin_shutdown,
         project_root=config.project_root,
         http_url=http_url,
         extra={"manager": manager},
@@ -201,7 +207,7 @@ async def _serve(config: DaemonConfig) -> int:
     )
     token = load_or_create_token(token_path(config.socket_path))
     hosts = allowed_hosts_for(config.host, port)
-    web = WebUI(registry, services)
+    web = WebUI(services)
     mcp = McpEndpoint(registry, services)
     gate = ConnectionGate(budget.http, header_timeout=limits.http_header_timeout_sec)
     app = build_app(
@@ -237,7 +243,7 @@ async def _serve(config: DaemonConfig) -> int:
                 config.socket_path.unlink()
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_watch_signals, shutdown)
+        tg.start_soon(_watch_signals, shutdown, begin_shutdown)
         await tg.start(manager.run)
         await tg.start(socket_server.serve)
         await tg.start(mcp.run)
@@ -296,12 +302,12 @@ def _bind_http(config: DaemonConfig) -> socket.socket:
         ) from None
 
 
-async def _watch_signals(shutdown: anyio.Event) -> None:
+async def _watch_signals(shutdown: anyio.Event, begin_shutdown: Callable[[], None]) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             if not shutdown.is_set():
                 log.info("received %s, stopping gracefully", signal.Signals(signum).name)
-                shutdown.set()
+                begin_shutdown()
             elif signum == signal.SIGINT:
                 log.warning("second interrupt: forcing exit")
                 os._exit(130)

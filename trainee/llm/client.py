@@ -20,6 +20,7 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any, Literal, cast, get_args
 
 import anyio
@@ -32,14 +33,17 @@ from trainee.llm.settings import (
     LlmSettings,
     ProviderConfig,
     candidates,
+    load_settings,
     redact,
     secret_values,
 )
+from trainee.policies import needs_provider
 
 __all__ = [
     "LIVE_TEST_TIMEOUT_SEC",
     "Completion",
     "ErrorKind",
+    "PlannedRequest",
     "ProviderAttempt",
     "ResponseFormat",
     "close_clients",
@@ -49,7 +53,10 @@ __all__ = [
     "live_test",
     "live_test_all",
     "no_provider_error",
+    "planned_request",
+    "provider_test",
     "provider_url",
+    "require_provider",
     "route",
 ]
 
@@ -444,6 +451,67 @@ def _remaining(deadline: float | None, limit: float) -> float:
     return min(limit, deadline - time.monotonic())
 
 
+class PlannedRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`complete` sends first for a set of messages: the response format it
+    starts its negotiation at (what worked last with this provider and model), and the
+    messages and ``response_format`` member as shaped for that format."""
+
+    provider: str
+    model: str
+    url: str | None
+    response_format: ResponseFormat
+    messages: list[dict[str, Any]]
+    format_body: dict[str, Any] | None
+    """The request's ``response_format`` member (None at the ``text`` level)."""
+    max_tokens: int
+    temperature: float
+
+
+def _plan(
+    settings: LlmSettings, p: ProviderConfig, schema: dict[str, Any] | None
+) -> tuple[str, dict[str, Any], tuple[str, str, str | None], tuple[ResponseFormat, ...], float]:
+    """``(litellm model, connection, cache key, format levels to try, temperature)`` of a
+    request to ``p``; ProviderError when ``p`` is missing a model, URL or key."""
+    model, conn = route(p)
+    key = (p.name, model, conn.get("api_base"))
+    if schema is None:
+        levels: tuple[ResponseFormat, ...] = ("text",)
+    else:
+        levels = _LEVELS[_LEVELS.index(_format_cache.get(key, "json_schema")) :]
+    temperature = settings.temperature
+    if model.startswith("anthropic/"):
+        temperature = min(temperature, 1.0)  # Anthropic's range is 0..1
+    return model, conn, key, levels, temperature
+
+
+def planned_request(
+    messages: list[dict[str, Any]],
+    *,
+    settings: LlmSettings,
+    schema: dict[str, Any] | None,
+    max_tokens: int,
+    provider: ProviderConfig | None = None,
+) -> PlannedRequest:
+    """The first request :func:`complete` would send to ``provider`` (default: the active
+    one) for ``messages``; nothing is sent. Raises ProviderError like :func:`complete`
+    when no provider is configured or it lacks a model, URL or key."""
+    p = provider if provider is not None else settings.active
+    if p is None:
+        raise no_provider_error()
+    model, _conn, _key, levels, temperature = _plan(settings, p, schema)
+    shaped = _request(levels[0], messages, schema, p)
+    return PlannedRequest(
+        provider=p.name,
+        model=p.model or model,
+        url=provider_url(p),
+        response_format=levels[0],
+        messages=shaped["messages"],
+        format_body=shaped.get("response_format"),
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )
+
+
 async def complete(
     messages: list[dict[str, Any]],
     *,
@@ -461,16 +529,8 @@ async def complete(
     p = provider if provider is not None else settings.active
     if p is None:
         raise no_provider_error()
-    model, conn = route(p)
+    model, conn, key, levels, temperature = _plan(settings, p, schema)
     secrets = [*secret_values(settings), *([p.api_key] if p.api_key else [])]
-    key = (p.name, model, conn.get("api_base"))
-    if schema is None:
-        levels: tuple[ResponseFormat, ...] = ("text",)
-    else:
-        levels = _LEVELS[_LEVELS.index(_format_cache.get(key, "json_schema")) :]
-    temperature = settings.temperature
-    if model.startswith("anthropic/"):
-        temperature = min(temperature, 1.0)  # Anthropic's range is 0..1
     url = provider_url(p)
     log_of: list[ProviderAttempt] = attempts if attempts is not None else []
 
@@ -777,6 +837,60 @@ async def live_test_all(
     if working is None:
         head["error"] = "; ".join(str(r.get("error")) for r in results)
     return head
+
+
+NO_PROVIDER = "no LLM provider is configured"
+
+
+async def provider_test(
+    env: Mapping[str, str],
+    *,
+    policy: str = "llm",
+    skip: bool = False,
+    provider: str | None = None,
+    failover: bool = True,
+) -> dict[str, Any]:
+    """The provider's live test as every command reports it (init, prepare, run, doctor,
+    ``llm_test``), with the settings resolved from ``env``.
+
+    ``policy`` and ``needed`` (whether that policy asks a provider) lead the answer; a
+    test that is not needed or ``skip``-ped says ``skipped`` and why. Otherwise the
+    answer of :func:`live_test_all` (every provider of the failover order), or of
+    :func:`live_test` for ``provider`` (or the active one when not ``failover``); with no
+    provider configured, ``ok`` false and provider ``none``. Raises ConfigError for a bad
+    config.json.
+    """
+    needed = needs_provider(policy)
+    base: dict[str, Any] = {"policy": policy, "needed": needed}
+    if not needed:  # whether skipped or not: nothing to test
+        return {**base, "skipped": True, "reason": f"policy {policy} needs no provider"}
+    if skip:
+        return {**base, "skipped": True, "reason": "--skip-provider-test"}
+    settings = load_settings(dict(env))
+    if provider is not None or not failover:
+        return {**base, **await live_test(settings, provider)}
+    if settings.provider == "none":
+        return {**base, "ok": False, "provider": "none", "error": NO_PROVIDER}
+    return {**base, **await live_test_all(settings)}
+
+
+def require_provider(result: dict[str, Any], command: str = "trainee run") -> None:
+    """ProviderError unless :func:`provider_test` found a provider that works (or none
+    was needed)."""
+    if result.get("skipped") or result.get("ok"):
+        return
+    if result.get("provider") == "none" and result.get("error") == NO_PROVIDER:
+        raise ProviderError(
+            f"{NO_PROVIDER}: {command} needs one for the {result.get('policy', 'llm')} policy",
+            {
+                "hint": "export TRAINEE_LLM_PROVIDER=openai OPENAI_API_KEY=... OPENAI_MODEL=..., "
+                "or choose an offline policy: --policy tpe|random"
+            },
+        )
+    raise ProviderError(
+        f"the LLM provider failed its live test: {result.get('error')}",
+        {"provider_test": result, "hint": "check the key, model and base URL"},
+    )
 
 
 async def close_clients() -> None:

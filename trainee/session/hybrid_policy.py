@@ -31,7 +31,7 @@ from trainee.research.decision import (
 )
 from trainee.research.prompt import PromptParts, format_diff
 from trainee.research.state import ResearchState, format_metric
-from trainee.session.llm_policy import LlmPolicy
+from trainee.session.llm_policy import DecisionRequest, LlmPolicy
 from trainee.session.optuna_policy import OptimizerView, Suggestion, TpePolicy
 from trainee.session.policy import Proposal, propose_one_by_one
 from trainee.spec import TunableSpec
@@ -100,6 +100,16 @@ class HybridPolicy(LlmPolicy):
             content = content[:cut] + "\n\n" + section + content[cut:]
         user["content"] = content
         return [*messages[:-1], user]
+
+    def request(
+        self,
+        state: ResearchState,
+        tunables: Sequence[TunableSpec],
+        baseline: Mapping[str, Any],
+        k: int = 1,
+    ) -> DecisionRequest:
+        """One plan per request: the candidates of a step are decided one by one."""
+        return super().request(state, tunables, baseline, 1)
 
     async def propose_batch(
         self,

@@ -49,6 +49,17 @@ ANSWER_CHARS = 8000
 decision's raw_response)."""
 
 
+class DecisionRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What a decision asks the provider, before the client shapes it for a response
+    format (:func:`trainee.llm.client.planned_request`)."""
+
+    messages: list[dict[str, Any]]
+    schema: dict[str, Any]
+    max_tokens: int
+    plans: int
+    """How many plans it asks for (candidates that run at once)."""
+
+
 class LlmPolicy:
     name = "llm"
 
@@ -75,6 +86,28 @@ class LlmPolicy:
             tunables,
             baseline_params=dict(baseline),
             constraints=self.constraints,
+        )
+
+    def request(
+        self,
+        state: ResearchState,
+        tunables: Sequence[TunableSpec],
+        baseline: Mapping[str, Any],
+        k: int = 1,
+    ) -> DecisionRequest:
+        """The request of a decision for ``k`` candidates: one plan, or k plans in one
+        request (``prompt_preview`` shows exactly this)."""
+        messages = self.messages(state, tunables, baseline)
+        if k <= 1:
+            schema = plan_json_schema(tunables, metric=state.primary_metric)
+            return DecisionRequest(
+                messages=messages, schema=schema, max_tokens=self.max_tokens, plans=1
+            )
+        return DecisionRequest(
+            messages=ask_for_plans(messages, k, state, tunables),
+            schema=plans_json_schema(tunables, k, metric=state.primary_metric),
+            max_tokens=max(self.max_tokens, min(self.max_tokens * k, MAX_BATCH_TOKENS)),
+            plans=k,
         )
 
     def _deadline(self) -> float:
@@ -112,16 +145,18 @@ class LlmPolicy:
         self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
     ) -> Proposal:
         deadline = self._deadline()
-        messages = self.messages(state, tunables, baseline)
+        request = self.request(state, tunables, baseline)
+        messages, schema = request.messages, request.schema
         self.last_messages = messages
-        schema = plan_json_schema(tunables, metric=state.primary_metric)
         tried = [r.params for r in state.rounds]
         rejected = [r["params"] for r in state.rejected]
         stop_refused = state.budget.stop_refused() if state.budget is not None else None
         proposal = Proposal(plan=None, policy=self.name, messages=messages)  # type: ignore[arg-type]
         conversation = list(messages)
         for attempt in range(2):
-            completion = await self._ask(proposal, conversation, schema, self.max_tokens, deadline)
+            completion = await self._ask(
+                proposal, conversation, schema, request.max_tokens, deadline
+            )
             parsed = parse_plan(completion.text, tunables)
             proposal.notes.extend(parsed.notes)
             problems: list[Problem] = list(parsed.problems)
@@ -184,10 +219,9 @@ class LlmPolicy:
             return [await self.propose(state, tunables, baseline)]
         deadline = self._deadline()
         base = dict(baseline)
-        messages = ask_for_plans(self.messages(state, tunables, baseline), k, state, tunables)
+        request = self.request(state, tunables, baseline, k)
+        messages, schema, max_tokens = request.messages, request.schema, request.max_tokens
         self.last_messages = messages
-        schema = plans_json_schema(tunables, k, metric=state.primary_metric)
-        max_tokens = max(self.max_tokens, min(self.max_tokens * k, MAX_BATCH_TOKENS))
         tried = [r.params for r in state.rounds]
         rejected = [r["params"] for r in state.rejected]
         stop_refused = state.budget.stop_refused() if state.budget is not None else None

@@ -155,11 +155,27 @@ class SessionManager:
     async def _policy_factory(
         self, spec: ProjectSpec, record: SessionRecord, history: int
     ) -> Policy:
-        """The session's decision policy. Non-LLM policies need no provider; a provider
-        failure never falls back to another policy. ``history`` (finished rounds) is not
-        needed: every policy continues from the research state and the results the runner
-        tells it again on resume."""
+        """The session's decision policy (:meth:`decision_policy`). ``history`` (finished
+        rounds) is not needed: every policy continues from the research state and the
+        results the runner tells it again on resume."""
         del history
+        return await self.decision_policy(spec, record)
+
+    async def decision_policy(
+        self,
+        spec: ProjectSpec,
+        record: SessionRecord,
+        *,
+        policy: str | None = None,
+        write_journal: bool = True,
+        prompt: tuple[LlmSettings, PromptParts] | None = None,
+    ) -> Policy:
+        """The decision policy of a session whose ``record.env`` is its full environment
+        (``policy``: another one, for a preview). Non-LLM policies need no provider; a
+        provider failure never falls back to another policy. An LLM policy's prompt
+        carries the session's settings and the project's journal (``prompt``: these
+        settings and parts instead, those of the running session's policy)."""
+        name = policy or record.policy
         decision = getattr(spec, "decision", None)
         configured = getattr(decision, "seed", None)
         seed = (
@@ -167,41 +183,45 @@ class SessionManager:
             if isinstance(configured, int) and not isinstance(configured, bool)
             else _seed(record)
         )
-        if record.policy == "random":
+        if name == "random":
             return RandomPolicy(seed=seed, constraints=spec.constraints)
-        if record.policy == "external":
+        if name == "external":
             return ExternalPolicy(constraints=spec.constraints)
-        if record.policy == "tpe":
+        if name == "tpe":
             from trainee.session.optuna_policy import TpePolicy
 
             return TpePolicy(seed=seed, constraints=spec.constraints)
-        if record.policy in ("llm", "hybrid"):
-            settings = load_settings(record.env)
-            journal = await self.journal(spec.project_root)
-            parts = prompt_parts(spec, settings, journal)
-            if record.policy == "hybrid":
+        if name in ("llm", "hybrid"):
+            if prompt is not None:
+                settings, parts = prompt
+            else:
+                settings = load_settings(record.env)
+                journal = await self.journal(spec.project_root, write=write_journal)
+                parts = prompt_parts(spec, settings, journal)
+            if name == "hybrid":
                 from trainee.session.hybrid_policy import HybridPolicy
 
                 return HybridPolicy(settings, parts, seed=seed, constraints=spec.constraints)
             return LlmPolicy(settings, parts, constraints=spec.constraints)
         raise InvalidParams(
-            f"decision policy {record.policy!r} is not available in this version",
+            f"decision policy {name!r} is not available in this version",
             {"field": "policy", "reason": "not available"},
         )
 
-    async def journal(self, root: str) -> str:
+    async def journal(self, root: str, *, write: bool = True) -> str:
         """Experiment memory: past sessions' best params and rejected changes, plus the
         notes agents and people appended (.trainee/notes.md), bounded.
 
-        Also written to .trainee/journal.md for people to read.
+        Also written to .trainee/journal.md for people to read (unless not ``write``).
         """
-        store = await self.store_for(root)
-        entries = await store.journal()
+        entries: list[dict[str, Any]] = []
+        if ProjectLayout.for_root(root).database.exists():  # none is created to read it
+            entries = await (await self.store_for(root)).journal()
         text = journal_section(entries)
         notes = read_optional(Path(root) / ".trainee" / "notes.md", NOTES_LIMIT).strip()
         if notes:
             text = (text + "\n\n" if text else "") + notes
-        if text:
+        if text and write:
             path = Path(root) / ".trainee" / "journal.md"
             with contextlib.suppress(OSError):
                 tmp = path.with_suffix(".md.tmp")
@@ -393,6 +413,10 @@ class SessionManager:
     def monitor_pids(self) -> set[int]:
         """Pids of the monitors of every round being launched or watched, all sessions."""
         return {pid for r in self._running.values() for pid in r.runner.monitors.values()}
+
+    def running_of(self, root: str, index: int) -> Running | None:
+        """Session ``index`` of ``root`` when it runs in this daemon."""
+        return self._running.get((root, index))
 
     def control_of(self, root: str, index: int) -> SessionControl | None:
         running = self._running.get((root, index))

@@ -46,17 +46,24 @@ from trainee.monitor.process import ExitInfo, Limits, revoke_launch
 from trainee.monitor.tail import Line, tail_files
 from trainee.research.decision import params_diff
 from trainee.research.state import (
-    DecisionBudget,
     ResearchState,
     RoundSummary,
-    new_state,
     record_round,
     state_to_json,
 )
 from trainee.session.bus import EventBus
 from trainee.session.hints import failure_hint
+from trainee.session.inputs import (
+    FINISHED,
+    budgets_of,
+    counted_rounds,
+    decision_budget,
+    decision_slots,
+    observe_history,
+    rebuild_state,
+)
 from trainee.session.policy import Policy, Proposal, full_params, propose_batch
-from trainee.spec import ProjectSpec, SecurityMode, load_project, min_rounds_of
+from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec.wire import Event
 from trainee.store.db import Store
 from trainee.store.export import write_ledgers, write_report, write_research_state
@@ -65,7 +72,6 @@ from trainee.testhooks import crash_point
 
 log = logging.getLogger("trainee.session")
 
-FINISHED = {"completed", "completed_without_metrics", "failed", "timed_out", "stopped"}
 _NO_BASELINE = {"stopped", "failed", "timed_out"}
 """Statuses of a baseline round that leave the session without a baseline."""
 OUTPUT_LINES_PER_EVENT = 200
@@ -97,14 +103,6 @@ class SessionControl:
             self.stop_requested.set()
         if self.decision_scope is not None:
             self.decision_scope.cancel()
-
-
-@dataclass
-class Budgets:
-    max_rounds: int
-    max_session_minutes: float | None = None
-    max_tokens: int | None = None
-    max_usd: float | None = None
 
 
 class SessionRunner:
@@ -215,14 +213,12 @@ class SessionRunner:
             await anyio.to_thread.run_sync(check_bwrap)
         require_tensorboard(spec.metrics.specs)
         rounds = await self.store.list_rounds(self.record.index)
-        self.state = self._rebuild_state(spec, rounds)
+        self.state = rebuild_state(spec, rounds)
         policy = await self.policy_factory(
             spec, self.record, len([r for r in rounds if r.index > 1])
         )
         self.policy = policy
-        for r in rounds:
-            if r.status in FINISHED and r.index > 1:
-                policy.observe(r.params, r.primary_metric, r.status)
+        observe_history(policy, rounds)
         baseline_params = {t.name: t.baseline for t in spec.tunables}
         if not self.record.baseline_round:
             self.emit(
@@ -266,10 +262,10 @@ class SessionRunner:
                 step = 0
             else:
                 step = max((r.batch for r in done), default=0) + 1
-                slots = self._slots(spec, done)
+                slots = decision_slots(spec, self.record, done)
                 assert self.state is not None
                 self.state = msgspec.structs.replace(
-                    self.state, budget=self._decision_budget(spec, done, index)
+                    self.state, budget=decision_budget(spec, self.record, done, index)
                 )
                 proposals = await self._decide(policy, spec, index, slots, baseline_params)
                 if proposals is None or self.control.stop_requested.is_set():
@@ -334,13 +330,6 @@ class SessionRunner:
         )
         self._failure_tail = rec.failure_tail[-BASELINE_TAIL_LINES:]
         return f"the baseline (round {s.index}) {how}, so there is nothing to tune; {hint}"
-
-    def _slots(self, spec: ProjectSpec, done: list[RoundRecord]) -> int:
-        """How many candidates the next step runs: ``run.parallel``, never past max_rounds
-        (budgets count rounds, not steps)."""
-        finished = [r for r in done if r.status in FINISHED and r.status != "stopped"]
-        left = max(1, self.record.max_rounds - len(finished))
-        return max(1, min(int(getattr(spec.run, "parallel", 1)), left))
 
     async def _decide(
         self,
@@ -423,14 +412,13 @@ class SessionRunner:
 
     def _stop_check(self, spec: ProjectSpec, done: list[RoundRecord], index: int) -> str | None:
         # a round the user stopped does not use up the budget of rounds
-        finished = [r for r in done if r.status in FINISHED and r.status != "stopped"]
-        if len(finished) >= self.record.max_rounds:
+        if counted_rounds(done) >= self.record.max_rounds:
             return "max_rounds"
         if index > 1 and not spec.tunables:
             return "no_tunable_params"
         if index == 1:
             return None  # budgets are checked before decisions; the baseline always runs
-        budgets = self._budgets(spec)
+        budgets = budgets_of(spec)
         if (
             budgets.max_session_minutes is not None
             and time.time() - self.record.created_at >= budgets.max_session_minutes * 60
@@ -441,64 +429,6 @@ class SessionRunner:
         if budgets.max_usd is not None and self.record.cost_usd >= budgets.max_usd:
             return "budget_usd"
         return None
-
-    def _budgets(self, spec: ProjectSpec) -> Budgets:
-        run = spec.run
-        llm = getattr(spec, "llm", None)
-        return Budgets(
-            max_rounds=self.record.max_rounds,
-            max_session_minutes=getattr(run, "max_session_minutes", None),
-            max_tokens=getattr(llm, "max_tokens", None) if llm is not None else None,
-            max_usd=getattr(llm, "max_usd", None) if llm is not None else None,
-        )
-
-    def _decision_budget(
-        self, spec: ProjectSpec, done: list[RoundRecord], index: int
-    ) -> DecisionBudget:
-        """Round n of N, what is left of the budgets, and when a policy stop counts."""
-        finished = len([r for r in done if r.status in FINISHED and r.status != "stopped"])
-        budgets = self._budgets(spec)
-        seconds_left = None
-        if budgets.max_session_minutes is not None:
-            seconds_left = budgets.max_session_minutes * 60 - (time.time() - self.record.created_at)
-        return DecisionBudget(
-            round=index,
-            max_rounds=self.record.max_rounds,
-            finished=finished,
-            min_rounds=min_rounds_of(spec.decision.min_rounds, self.record.max_rounds),
-            seconds_left=seconds_left,
-            tokens_left=None
-            if budgets.max_tokens is None
-            else budgets.max_tokens - self.record.tokens,
-            usd_left=None if budgets.max_usd is None else budgets.max_usd - self.record.cost_usd,
-        )
-
-    # -- state -------------------------------------------------------------------
-
-    def _rebuild_state(self, spec: ProjectSpec, rounds: list[RoundRecord]) -> ResearchState:
-        primary = spec.metrics.specs[0].name if spec.metrics.specs else None
-        goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
-        state = new_state(primary, goal)
-        for r in rounds:
-            if r.status in FINISHED:
-                state, _ = record_round(state, self._summary_of(r))
-        return state
-
-    def _summary_of(self, r: RoundRecord) -> RoundSummary:
-        return RoundSummary(
-            index=r.index,
-            status=r.status,
-            params=r.params,
-            diff=r.diff,
-            metric=r.primary_metric,
-            metrics=r.finals,
-            hypothesis=r.hypothesis,
-            expected=r.expected,
-            verdict=None,
-            verdict_reason="",
-            duration_sec=(r.ended_at - r.started_at) if r.ended_at and r.started_at else None,
-            failure_tail=r.failure_tail,
-        )
 
     def _observe(self, policy: Policy, summary: RoundSummary) -> None:
         if summary.index > 1:

@@ -3,9 +3,9 @@
 Every field has a default where that makes sense, so old clients keep working.
 The registry decodes params strictly (:meth:`trainee.api.registry.Method.decode_params`):
 a param a method does not take is refused with -32602 naming it (a typo is never
-ignored), an int is a JSON integer (``32.0`` is refused), and a ``SessionRef`` takes
+ignored), an int is a JSON integer (``32.0`` is refused), a ``SessionRef`` takes
 any form of :mod:`trainee.ids` (``1``, ``0001``, ``session-0001``) and arrives as
-``session-0001``. Results may grow fields: clients ignore the ones they do not know.
+``session-0001``, and a ``RoundRef`` (``1``, ``0001``, ``round-0001``) arrives as an int. Results may grow fields: clients ignore the ones they do not know.
 Stdlib + msgspec only: the CLI may import this module.
 """
 
@@ -16,18 +16,26 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from trainee.ids import SESSION_PATTERN
+from trainee.ids import ROUND_PATTERN, SESSION_PATTERN
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 PosInt = Annotated[int, Meta(ge=1)]
 
 SESSION_META = Meta(
     description="a session: session-0001, 0001 or 1",
-    extra_json_schema={"pattern": SESSION_PATTERN},
+    extra_json_schema={"type": ["string", "integer"], "minimum": 1, "pattern": SESSION_PATTERN},
 )
 SessionRef = Annotated[str, SESSION_META]
 """A param naming a session: the registry parses it with :func:`trainee.ids.canonical_session`
 and the handler gets the canonical ``session-0001``."""
+
+ROUND_META = Meta(
+    description="a round: 1, 0001 or round-0001",
+    extra_json_schema={"type": ["integer", "string"], "minimum": 1, "pattern": ROUND_PATTERN},
+)
+RoundRef = Annotated[int, ROUND_META]
+"""A param naming a round: the registry parses it with :func:`trainee.ids.parse_round`
+(a JSON integer, ``"0001"`` or ``"round-0001"``) and the handler gets the int."""
 
 
 class Wire(msgspec.Struct, kw_only=True, omit_defaults=False):
@@ -120,14 +128,29 @@ class EventsPublishParams(Wire):
     data: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+MAX_TAIL_LINES = 10_000
+
+
 class LogsTailParams(Wire):
     """Read a round log from an offset, like Supervisor's tailProcessStdoutLog."""
 
     session: SessionRef
-    round: PosInt
+    round: RoundRef
     offset: int = -65536
     length: Annotated[int, Meta(ge=0, le=16 * 2**20)] = 65536
     project_root: str | None = None
+    tail: (
+        Annotated[
+            int,
+            Meta(
+                description="only the last N lines (offset and length are then ignored)",
+                extra_json_schema={"minimum": 1, "maximum": MAX_TAIL_LINES},
+            ),
+        ]
+        | None
+    ) = None
+    """Only the last ``tail`` lines (1 to MAX_TAIL_LINES; checked by logs_tail with a
+    message naming the range)."""
 
 
 class LogsTailResult(Wire):

@@ -1,4 +1,6 @@
-// The daemon's HTTP API: tool calls, plain GETs and the session event stream.
+// The daemon's HTTP API: every request is a registry method (POST /api/tools/<name>),
+// like any other client's, except the two byte streams a browser needs a URL for: a
+// session's events (SSE) and a file download (the stream of session_file).
 // Every request relies on the HttpOnly access cookie; nothing here holds a secret.
 
 export class ApiError extends Error {
@@ -56,31 +58,19 @@ export function apiUrl(path, query = {}) {
   return qs ? `${path}?${qs}` : path;
 }
 
-export async function getJSON(path, query = {}) {
-  const response = await fetch(apiUrl(path, query), { credentials: "same-origin" });
-  return unwrap(response);
-}
-
-export async function putJSON(path, body) {
-  const response = await fetch(path, {
-    method: "PUT",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify(body),
-    credentials: "same-origin",
-  });
-  return unwrap(response);
-}
-
 const sessionPath = (session) => `/api/sessions/${encodeURIComponent(session)}`;
 
+/** logs_tail: a round's log from { offset, length } or its last { tail } lines. */
 export function roundLog(project, session, round, query) {
-  return getJSON(`${sessionPath(session)}/rounds/${round}/log`, { project_root: project, ...query });
+  return call("logs_tail", { project_root: project, session, round, ...query });
 }
 
+/** round_metrics: every point of a round as [name, value, step, seq]. */
 export function roundMetrics(project, session, round) {
-  return getJSON(`${sessionPath(session)}/rounds/${round}/metrics`, { project_root: project });
+  return call("round_metrics", { project_root: project, session, round });
 }
 
+/** The download URL of a session file: session_file's stream (a link needs a URL). */
 export function fileUrl(project, session, name, inline = false) {
   return apiUrl(`${sessionPath(session)}/files/${encodeURIComponent(name)}`, {
     project_root: project,

@@ -27,7 +27,21 @@ def test_every_methods_schema_closes_its_params() -> None:
 @pytest.mark.parametrize("value", [32.0, True, "32"])
 def test_an_int_param_takes_only_a_json_integer(value: object) -> None:
     with pytest.raises(InvalidParams, match="Expected `int`"):
-        registry.get("logs_tail").decode_params({"session": "1", "round": value})
+        registry.get("logs_tail").decode_params({"session": "1", "round": 1, "length": value})
+
+
+@pytest.mark.parametrize("form", [2, "2", "0002", "round-0002"])
+def test_a_round_param_takes_every_id_form_and_arrives_an_int(form: object) -> None:
+    params = registry.get("logs_tail").decode_params({"session": "1", "round": form})
+    assert params.round == 2 and type(params.round) is int
+
+
+@pytest.mark.parametrize("bad", [0, -1, 32.0, True, "1;ls", "round-", "\uff12", "1" * 13])
+def test_a_bad_round_is_invalid_params_naming_the_field(bad: object) -> None:
+    with pytest.raises(InvalidParams) as info:
+        registry.get("round_metrics").decode_params({"session": "1", "round": bad})
+    assert info.value.data["field"] == "round"
+    assert "round" in info.value.message and len(info.value.message) < 400
 
 
 @pytest.mark.parametrize("form", ["1", "0001", "session-0001"])

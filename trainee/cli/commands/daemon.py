@@ -72,7 +72,7 @@ def _not_running(args: argparse.Namespace) -> int:
         print_json({"running": False, "socket": str(sock)})
     else:
         sys.stdout.write(f"daemon: not running (socket {sock})\n")
-    return errors.EXIT_STATUS[errors.DaemonNotRunning]
+    return errors.DaemonNotRunning.exit_status
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:

@@ -1,11 +1,11 @@
 // Data helpers shared by the views: projects, session summaries, error display.
 
-import { call, getJSON } from "../api.js";
+import { call } from "../api.js";
 import { badge, fmtChange, fmtNum, h } from "../dom.js";
 
 /** Projects the daemon knows plus those this browser added, the selected one first known. */
 export async function loadProjects(ctx) {
-  const server = await getJSON("/api/projects");
+  const server = await call("projects_list");
   const byRoot = new Map(server.projects.map((p) => [p.root, p]));
   for (const root of [ctx.selectedProject, ...ctx.localProjects()]) {
     if (root && !byRoot.has(root)) {

@@ -2,7 +2,7 @@
 // temperature, live test), debug recording, the global system prompt, prompt presets
 // and the prompt preview. ``testOnly`` is the /llm-test page: the test runs on load.
 
-import { call, getJSON, putJSON } from "../api.js";
+import { call } from "../api.js";
 import { badge, fmtNum, h, replace } from "../dom.js";
 import { errorBox, loadProjects, sessionsOf } from "./common.js";
 
@@ -183,7 +183,7 @@ function systemPrompt(ctx) {
   const name = h("input", { type: "text", placeholder: "preset name", "aria-label": "preset name", maxlength: "100" });
   const load = async () => {
     try {
-      const r = await getJSON("/api/runtime/system-prompt");
+      const r = await call("runtime_system_prompt_get");
       area.value = r.prompt;
       state.textContent = r.is_default ? "(the default)" : "(customised)";
     } catch (err) {
@@ -192,7 +192,7 @@ function systemPrompt(ctx) {
   };
   const save = async (prompt) => {
     try {
-      const r = await putJSON("/api/runtime/system-prompt", { prompt });
+      const r = await call("runtime_system_prompt_update", { prompt });
       area.value = r.prompt;
       state.textContent = r.is_default ? "(the default)" : "(customised)";
       replace(out, h("span.ok", {}, "Saved: the next decisions use it."));
@@ -290,7 +290,14 @@ function promptPreview(ctx) {
       const r = await call("prompt_preview", params);
       replace(
         out,
-        h("p.muted", {}, `${r.messages.length} messages · ${r.chars.toLocaleString()} characters (nothing was sent)`),
+        h(
+          "p.muted",
+          {},
+          `${r.policy} decision for round ${r.round} (${r.plans} plan${r.plans === 1 ? "" : "s"}) · ` +
+            `${r.provider ? `${r.provider} ${r.model || ""}, ${r.response_format}` : "no provider"} · ` +
+            `${r.messages.length} messages · ${r.chars.toLocaleString()} characters (nothing was sent)`,
+        ),
+        r.note ? h("p.muted", {}, r.note) : null,
         r.messages.map((m) => h("details.message", { open: m.role !== "system" }, h("summary", {}, `${m.role} · ${String(m.content).length.toLocaleString()} characters`), h("pre", {}, String(m.content)))),
         h("details.message", {}, h("summary", {}, "Response schema"), h("pre", {}, JSON.stringify(r.schema, null, 2))),
       );
@@ -302,7 +309,7 @@ function promptPreview(ctx) {
     "div",
     {},
     h("h2", {}, "Prompt preview"),
-    h("p.muted", {}, "The next decision prompt exactly as the llm policy would send it."),
+    h("p.muted", {}, "The next decision's request exactly as the session would send it: its settings, journal, budget and response format."),
     h("div.row", {}, project, session, h("button.btn", { type: "button", onclick: show }, "Preview")),
     out,
   );
