@@ -172,7 +172,7 @@ def masked_integrations(data: dict[str, Any]) -> dict[str, Any]:
     """project.yaml's ``integrations`` (as plain data) with its secrets masked, for views."""
     out = dict(data)
     notify = out.get("notify")
-    if isinstance(notify, dict) and isinstance(notify.get("urls"), list):
+    if isinstance(notify, dict) and isinstance(notify.get("urls"), list | tuple):
         out["notify"] = {
             **notify,
             "urls": [mask_notify_url(u) if isinstance(u, str) else u for u in notify["urls"]],
@@ -189,7 +189,7 @@ def restore_masked(data: dict[str, Any], saved: IntegrationsSpec) -> dict[str, A
     the field when a masked value matches none."""
     out = dict(data)
     notify = out.get("notify")
-    if isinstance(notify, dict) and isinstance(notify.get("urls"), list):
+    if isinstance(notify, dict) and isinstance(notify.get("urls"), list | tuple):
         known = {mask_notify_url(u): u for u in (saved.notify.urls if saved.notify else ())}
         urls = []
         for i, url in enumerate(notify["urls"]):
