@@ -1,4 +1,8 @@
-"""Where trainee keeps its files outside a project. Stdlib only (the CLI imports it)."""
+"""Where trainee keeps its files outside a project. Stdlib only (the CLI imports it).
+
+Each function reads the process environment, or ``env`` when given (the sandbox
+computes the places of the caller's environment as well as the daemon's own).
+"""
 
 from __future__ import annotations
 
@@ -11,37 +15,43 @@ HTTP_PORT_ENV = "TRAINEE_HTTP_PORT"
 DEFAULT_HTTP_PORT = 8000
 
 
-def home_dir() -> Path:
+def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def home_dir(env: Mapping[str, str] | None = None) -> Path:
     """``~/.trainee``: provider settings (config.json) and service data."""
-    return Path(os.path.expanduser("~")) / ".trainee"
+    home = _env(env).get("HOME") if env is not None else None
+    return Path(home or os.path.expanduser("~")) / ".trainee"
 
 
-def runtime_dir() -> Path:
+def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
     """Folder for the socket, lock, token and daemon log (created 0700 by the daemon)."""
-    explicit = os.environ.get("TRAINEE_SOCKET")
+    e = _env(env)
+    explicit = e.get("TRAINEE_SOCKET")
     if explicit:
         return Path(explicit).parent
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    xdg = e.get("XDG_RUNTIME_DIR")
     if xdg:
         return Path(xdg) / "trainee"
-    return home_dir() / "run"
+    return home_dir(env) / "run"
 
 
-def socket_path() -> Path:
+def socket_path(env: Mapping[str, str] | None = None) -> Path:
     """``$TRAINEE_SOCKET``, else ``$XDG_RUNTIME_DIR/trainee/trainee.sock``, else
     ``~/.trainee/run/trainee.sock``."""
-    explicit = os.environ.get("TRAINEE_SOCKET")
+    explicit = _env(env).get("TRAINEE_SOCKET")
     if explicit:
         return Path(explicit)
-    return runtime_dir() / SOCKET_NAME
+    return runtime_dir(env) / SOCKET_NAME
 
 
-def service_data_dir() -> Path:
+def service_data_dir(env: Mapping[str, str] | None = None) -> Path:
     """Runtime data when no project is bound: ``$TRAINEE_DATA_DIR`` or ``~/.trainee/runtime``."""
-    explicit = os.environ.get("TRAINEE_DATA_DIR")
+    explicit = _env(env).get("TRAINEE_DATA_DIR")
     if explicit:
         return Path(explicit)
-    return home_dir() / "runtime"
+    return home_dir(env) / "runtime"
 
 
 def ensure_private_dir(path: Path) -> Path:
@@ -56,9 +66,9 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
-def config_path() -> Path:
+def config_path(env: Mapping[str, str] | None = None) -> Path:
     """Provider settings, written 0600."""
-    return home_dir() / "config.json"
+    return home_dir(env) / "config.json"
 
 
 def http_port(env: Mapping[str, str] | None = None) -> tuple[int, bool]:

@@ -8,6 +8,11 @@ daemon does (the daemon spawns it with ``start_new_session=True``; it calls
 What it does:
 
 - becomes a child subreaper, so processes the job daemonizes re-parent to it;
+- with ``--claim FILE --token T``: claims the launch before anything runs, by
+  creating FILE atomically (``link(2)``) with its pid, start time and T. If FILE
+  exists already, a restarted daemon revoked the launch (it found no claim and ran
+  the round again): the monitor exits with status 3 and starts nothing. Either the
+  monitor or the daemon wins, never both: a launch runs once;
 - runs ``argv`` in its own process group, stdin ``/dev/null``, environment
   unchanged; the child's stdout IS the log file (opened ``O_APPEND``): the child
   writes straight to disk, the fastest path there is;
@@ -16,15 +21,21 @@ What it does:
   the IDX write happen under an exclusive ``flock`` on IDX, so a reader holding a
   shared lock sees no stderr byte in the log without its IDX line;
 - writes STATE atomically once the child runs: ``{"pid", "start_time",
-  "child_pid", "started_at", "argv"}`` (``start_time`` is field 22 of
+  "child_pid", "started_at", "argv", "token"}`` (``start_time`` is field 22 of
   ``/proc/<pid>/stat``: pid plus start time identify the monitor across pid reuse);
+- with ``--max-memory-mb`` / ``--max-processes``: every 0.2 s adds up the resident
+  memory and counts the processes of the round's whole tree (from ``/proc``; bwrap's
+  own two processes are not counted) and, over a limit, SIGKILLs all of it at once;
+  the reason (``memory limit 8192 MiB reached``) goes into EXIT's ``limit`` and
+  ``error``;
 - on SIGTERM/SIGINT/SIGHUP (``stopped``) or when ``--timeout`` expires
   (``timed_out``): SIGTERM (+SIGCONT) to the child's group and every descendant,
   ``--grace`` seconds, then SIGKILL to all of them;
 - when the child ends: leftover descendants get SIGTERM, a short grace, SIGKILL;
   all are reaped, the log and IDX are fsynced, and EXIT is written atomically:
   ``{"returncode", "signal", "timed_out", "stopped", "started_at", "ended_at",
-  "duration_sec", "error"}``. No process of the round outlives the shim's exit.
+  "duration_sec", "error", "limit", "token"}``. No process of the round outlives
+  the shim's exit.
 
 Files are created 0600: a training job's output can hold tokens, paths and
 data samples, and only the user's own daemon needs to read them.
@@ -34,7 +45,8 @@ writes ``READY\\n`` there after STATE exists and closes it: the daemon waits on
 that instead of polling. The shim's own diagnostics go into the log as stderr.
 
 Exit status: 0 when the child ran (whatever its result), 127/126 when argv could
-not be executed (also recorded in EXIT), 2 for bad arguments, 1 for other faults.
+not be executed (also recorded in EXIT), 3 when the launch was revoked, 2 for bad
+arguments, 1 for other faults.
 """
 
 from __future__ import annotations
@@ -63,6 +75,11 @@ READ_SIZE = 65536
 STDERR_HOLD = 0.05
 """How long a stderr fragment without a line end waits for the rest of its line."""
 STDERR_HOLD_MAX = 65536
+LIMIT_POLL = 0.2
+"""How often the round's memory and process count are measured (with limits set)."""
+REVOKED = 3
+"""Exit status of a monitor whose launch a restarted daemon revoked (nothing ran)."""
+MIB = 1 << 20
 
 
 # -- small helpers --------------------------------------------------------------
@@ -99,17 +116,35 @@ def _proc_table() -> dict[int, int]:
 
 def descendants(root: int) -> list[int]:
     """Live (non-zombie) processes whose parent chain leads to ``root``."""
+    return [pid for pid, _ in tree(root)]
+
+
+def tree(root: int) -> list[tuple[int, int]]:
+    """``(pid, depth)`` of the live processes below ``root`` (its children: depth 1)."""
     table = _proc_table()
     children: dict[int, list[int]] = {}
     for pid, ppid in table.items():
         children.setdefault(ppid, []).append(pid)
-    found: list[int] = []
-    todo = list(children.get(root, ()))
+    found: list[tuple[int, int]] = []
+    todo = [(pid, 1) for pid in children.get(root, ())]
     while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, ()))
+        pid, depth = todo.pop()
+        found.append((pid, depth))
+        todo.extend((child, depth + 1) for child in children.get(pid, ()))
     return found
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` (``/proc/<pid>/statm``), 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            fields = f.read().split()
+    except OSError:
+        return 0
+    return int(fields[1]) * _PAGE if len(fields) > 1 else 0
 
 
 def _comm(pid: int) -> str:
@@ -134,6 +169,42 @@ def _signal_all(pgid: int | None, pids: Iterable[int], sig: int) -> None:
             if pgid is not None and os.getpgid(pid) == pgid:
                 continue
             os.kill(pid, sig)
+
+
+def claim(path: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """Create ``path`` holding ``payload``, atomically and only if it does not exist
+    (``link(2)`` of a finished temporary file: no reader ever sees it half written).
+    None when this call created it, else what the existing file holds (``{}`` if
+    unreadable)."""
+    folder = os.path.dirname(path) or "."
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.write(fd, (json.dumps(payload) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                found = json.loads(os.read(fd, 65536) or b"{}")
+            finally:
+                os.close(fd)
+        except (OSError, ValueError):
+            found = {}
+        return found if isinstance(found, dict) else {}
+    finally:
+        os.unlink(tmp)
+    with contextlib.suppress(OSError):
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    return None
 
 
 def _write_atomic(path: str, payload: dict[str, Any]) -> None:
@@ -224,13 +295,20 @@ class Monitor:
         self.err_buf = bytearray()
         self.err_flush_at: float | None = None
         """When a held stderr fragment (no line end yet) goes to the log anyway."""
+        self.limit: str | None = None
+        """Why the round was killed over a limit (``memory limit 8192 MiB reached``)."""
+        self.limits_at: float | None = None
+        """When the memory and process count are measured next (None: no limits)."""
+        if args.max_memory_mb is not None or args.max_processes is not None:
+            self.limits_at = time.monotonic()
 
     # files ------------------------------------------------------------------
 
     def open_files(self) -> None:
         for path in (self.args.log, self.args.index, self.args.exit, self.args.state):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        # never through a symlink: in unsafe mode the job could plant one at the log
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
         # IDX before LOG: whoever sees the log also finds its index.
         self.idx_fd = os.open(self.args.index, flags, FILE_MODE)
         # Two opens of the log, two file offsets: after a write to ``log_fd`` its
@@ -324,6 +402,22 @@ class Monitor:
         finally:
             os._exit(127)
 
+    def claim_launch(self) -> bool:
+        """True when this monitor may start the command (see ``--claim``)."""
+        if self.args.claim is None:
+            return True
+        found = claim(
+            self.args.claim,
+            {
+                "by": "monitor",
+                "pid": os.getpid(),
+                "start_time": proc_start_time(os.getpid()),
+                "token": self.args.token,
+                "at": time.time(),
+            },
+        )
+        return found is None
+
     def write_state(self) -> None:
         _write_atomic(
             self.args.state,
@@ -333,6 +427,7 @@ class Monitor:
                 "child_pid": self.child if self.error is None else None,
                 "started_at": self.started_at,
                 "argv": self.argv,
+                "token": self.args.token,
             },
         )
 
@@ -367,6 +462,8 @@ class Monitor:
             deadlines.append(self.t0 + self.args.timeout)
         if self.err_flush_at is not None:
             deadlines.append(self.err_flush_at)
+        if self.limits_at is not None and not self.killed:
+            deadlines.append(self.limits_at)
         return max(0.0, min(deadlines) - now) if deadlines else None
 
     def _step(self, timeout: float | None) -> None:
@@ -462,6 +559,36 @@ class Monitor:
             self._terminate()
         if self.kill_at is not None and not self.killed and now >= self.kill_at:
             self._kill()
+        if self.limits_at is not None and not self.killed and now >= self.limits_at:
+            self.limits_at = now + LIMIT_POLL
+            self._check_limits()
+
+    def _check_limits(self) -> None:
+        """Measure the round's whole tree; over a limit, SIGKILL all of it at once."""
+        found = tree(os.getpid())
+        # bwrap's own processes (the sandbox and its pid 1) are not the job's: only the
+        # child itself and bwrap processes right below it are, by their place in the tree
+        sandboxed = self.child is not None and _comm(self.child) == "bwrap"
+        job = [
+            pid
+            for pid, depth in found
+            if not (sandboxed and (depth == 1 or (depth == 2 and _comm(pid) == "bwrap")))
+        ]
+        memory = sum(resident_bytes(pid) for pid, _ in found)
+        max_mb, max_procs = self.args.max_memory_mb, self.args.max_processes
+        if max_mb is not None and memory > max_mb * MIB:
+            self.limit = (
+                f"memory limit {max_mb} MiB reached ({memory // MIB} MiB resident in "
+                f"{len(job)} processes)"
+            )
+        elif max_procs is not None and len(job) > max_procs:
+            self.limit = f"process limit {max_procs} reached ({len(job)} processes)"
+        if self.limit is None:
+            return
+        self.error = self.error or self.limit
+        self.note(f"{self.limit}: killing the round")
+        self.kill_at = time.monotonic()
+        self._kill()
 
     def _terminate(self, grace: float | None = None) -> None:
         pids = descendants(os.getpid())
@@ -532,6 +659,8 @@ class Monitor:
             "duration_sec": round(time.monotonic() - self.t0, 6),
             "error": self.error,
             "lost_output_bytes": self.lost_output,
+            "limit": self.limit,
+            "token": self.args.token,
         }
 
     def write_exit(self) -> None:
@@ -577,6 +706,12 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m trainee.shim",
@@ -591,6 +726,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", type=_non_negative, default=30.0, help="SIGTERM -> SIGKILL delay")
     p.add_argument("--cwd", default=None, help="working directory of the command")
     p.add_argument("--ready-fd", type=int, default=None, help="write READY here once running")
+    p.add_argument("--token", default=None, help="the launch's token, kept in STATE and EXIT")
+    p.add_argument("--claim", default=None, help="claim the launch by creating this file")
+    p.add_argument("--max-memory-mb", type=_positive_int, default=None, help="memory limit (MiB)")
+    p.add_argument("--max-processes", type=_positive_int, default=None, help="process limit")
     return p
 
 
@@ -618,6 +757,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"trainee.shim: cannot open {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 1
+    if not mon.claim_launch():
+        # a restarted daemon revoked this launch and runs the round again: start nothing
+        # (and say nothing: stderr is a round log the new attempt may have replaced)
+        return REVOKED
     mon.install_signals()
     mon.spawn()
     try:

@@ -67,6 +67,9 @@ def make_project(root: Path, backend: dict[str, Any], **run: Any) -> Path:
     (root / "hold").touch()
     spec = yaml.safe_load(textwrap.dedent(PROJECT_YAML))
     spec["advanced"]["backend"] = backend
+    # the one secret-named variable the job may get (a Slurm job does; Ray never shows it
+    # on its dashboard)
+    spec["launch"]["env_passthrough"] = ["MY_API_KEY"]
     spec["run"].update(run)
     (root / ".trainee" / "project.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     (root / ".trainee" / "tuning.yaml").write_text(TUNING_YAML)

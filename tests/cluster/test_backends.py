@@ -105,8 +105,9 @@ def env_for(daemon: Daemon, engine: Engine, fake: FakeLLM | None = None) -> dict
     return client_env(base, engine.env)
 
 
-def round_dir(project: Path, index: int) -> Path:
-    return project / ".trainee" / "runs" / "session-0001" / f"round-{index:04d}"
+def control_dir(project: Path, index: int) -> Path:
+    """Where the round's job script is (the control folder, out of the job's reach)."""
+    return project / ".trainee" / "control" / "session-0001" / f"round-{index:04d}"
 
 
 def held_round_running(project: Path, index: int) -> Any:
@@ -146,7 +147,7 @@ def test_the_example_runs_by_changing_only_the_backend(
         assert a["primary_metric"] == pytest.approx(b["primary_metric"], rel=1e-9)
     assert {r["backend"] for r in remote_jsonl} == {engine.name}
     assert all(engine.state(r["job_id"]) == "completed" for r in remote_jsonl)
-    script = next(round_dir(remote, 1).glob("job.*")).read_text()
+    script = next(control_dir(remote, 1).glob("job.*")).read_text()
     assert "bwrap" in script
     assert_no_training_left(remote)
 
@@ -172,7 +173,7 @@ def test_a_failing_job_fails_its_round_with_the_log_tail(
     # Ray would show a runtime_env on its dashboard, so secret-named variables stay home
     sent = engine.name == "slurm"
     assert f"has MY_API_KEY={sent}" in round_log(project, 1)
-    for script in round_dir(project, 1).glob("job.s*"):  # job.sbatch or job.sh
+    for script in control_dir(project, 1).glob("job.s*"):  # job.sbatch or job.sh
         assert "sk-not-for-the-dashboard" not in script.read_text()
         assert script.stat().st_mode & 0o077 == 0 or engine.name == "ray"
 
@@ -260,7 +261,7 @@ def test_a_restarted_daemon_readopts_the_running_job(
     round2 = state["rounds"][1]
     assert round2["status"] == "completed" and round2["job_id"] == before["job_id"]
     assert round2["attempt"] == 0
-    assert engine.jobs_of(round_dir(project, 2)) == 1  # re-adopted, not submitted again
+    assert engine.jobs_of(control_dir(project, 2)) == 1  # re-adopted, not submitted again
     log = round_log(project, 2)
     assert log.count("start lr=0.3") == 1 and "final val_loss" in log
 

@@ -159,7 +159,7 @@ def _kill_daemon_mid_round_2(
     state = wait_until(env, project, lambda s: _round2_mid_run(s, project), what="round 2 mid-run")
     round2 = state["current_round"]
     monitor = json.loads(
-        (project / ".trainee" / "runs" / SESSION / "round-0002" / "monitor.json").read_text()
+        (project / ".trainee" / "control" / SESSION / "round-0002" / "monitor.json").read_text()
     )
     assert monitor["pid"] == round2["monitor_pid"]
     daemon.stop(signal.SIGKILL)
@@ -286,23 +286,65 @@ def test_a_readopted_round_without_its_required_metric_fails_the_session(
     assert_no_training_left(project)
 
 
-def test_a_launch_the_store_never_recorded_is_ended_and_the_round_rerun(
+def _forget_round_2_launch(project: Path, *, token: bool) -> None:
+    """Make the store look as if the daemon died between starting round 2 and recording
+    it as running: pending, no monitor; ``token``: the launch intent was stored (as every
+    launch stores it before starting), else not (a row of a trainee before launch tokens)."""
+    database = project / ".trainee" / "runtime.sqlite3"
+    with sqlite3.connect(database) as db:
+        db.execute(
+            "UPDATE rounds SET status = 'pending', monitor_pid = NULL,"
+            " monitor_start_time = NULL, started_at = NULL, command = ''"
+            + ("" if token else ", launch_token = NULL")
+            + ' WHERE session = 1 AND "index" = 2'
+        )
+    db.close()
+
+
+def test_a_launch_recorded_only_as_an_intent_is_readopted_not_run_twice(
     daemon: Daemon, project: Path
 ) -> None:
-    """The daemon died after starting round 2's monitor but before recording it: the
-    store has round 2 pending with no monitor, while the monitor runs. The next daemon
-    ends that launch (no second copy of the job runs beside it) and runs round 2 again."""
+    """The daemon died after starting round 2's monitor but before recording it as
+    running: the store has the launch's token only. The next daemon finds the monitor that
+    claimed that token and re-adopts it: round 2's command runs once."""
     with FakeLLM(SCRIPT) as fake:
         env = llm_env(daemon.env, fake)
         _, monitor = _kill_daemon_mid_round_2(daemon, project, env)
-        database = project / ".trainee" / "runtime.sqlite3"
-        with sqlite3.connect(database) as db:
-            db.execute(
-                "UPDATE rounds SET status = 'pending', monitor_pid = NULL,"
-                " monitor_start_time = NULL, started_at = NULL, command = ''"
-                ' WHERE session = 1 AND "index" = 2'
+        _forget_round_2_launch(project, token=True)
+        restarted = Daemon(runtime=daemon.runtime, env=daemon.env)
+        try:
+            assert restarted.start().startswith("READY"), restarted.log
+            wait_until(
+                env,
+                project,
+                lambda s: s["running"] and "re-adopting its monitor" in restarted.log,
+                what="the session to resume",
             )
-        db.close()
+            (project / "hold").unlink()
+            state = wait_finished(env, project)
+            asked = len(fake.requests)
+        finally:
+            restarted.stop()
+
+    _check_three_rounds(project, state)
+    round2 = state["rounds"][1]
+    assert (round2["attempt"], round2["monitor_pid"]) == (0, monitor["pid"])
+    assert _starts(project) == [0.1, HOLD_LR, 0.05]  # round 2's command started once
+    assert asked == 3
+    assert_no_training_left(project)
+
+
+def test_a_launch_the_store_never_recorded_is_ended_and_the_round_rerun(
+    daemon: Daemon, project: Path
+) -> None:
+    """A store row without a launch token (written by a trainee before launch tokens):
+    the daemon died after starting round 2's monitor but before recording it. The next
+    daemon ends that launch (no second copy of the job runs beside it) and runs round 2
+    again."""
+    with FakeLLM(SCRIPT) as fake:
+        env = llm_env(daemon.env, fake)
+        _, monitor = _kill_daemon_mid_round_2(daemon, project, env)
+        _forget_round_2_launch(project, token=False)
         restarted = Daemon(runtime=daemon.runtime, env=daemon.env)
         try:
             assert restarted.start().startswith("READY"), restarted.log

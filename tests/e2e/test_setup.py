@@ -177,7 +177,7 @@ def test_doctor_names_the_fix_for_each_failure(
         log.parent.mkdir(parents=True)
         log.write_text("epoch=1 loss=0.3\n")
         # only a round that finished well is used (not a running or stopped one)
-        done = root / ".trainee" / "runs" / "session-0001" / "round-0001" / "exit.json"
+        done = root / ".trainee" / "control" / "session-0001" / "round-0001" / "exit.json"
         done.parent.mkdir(parents=True)
         done.write_text('{"returncode": 0, "stopped": false}')
         running = log.with_name("round-0002.log")

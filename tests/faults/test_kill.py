@@ -56,7 +56,7 @@ def _mid_run(node: Node, project: Path, seen: set[tuple[str, int]]) -> dict[str,
 
 
 def _ended_at(project: Path, index: int) -> float | None:
-    exit_file = project / ".trainee" / "runs" / SESSION / f"round-{index:04d}" / "exit.json"
+    exit_file = project / ".trainee" / "control" / SESSION / f"round-{index:04d}" / "exit.json"
     try:
         return float(json.loads(exit_file.read_text())["ended_at"])
     except (OSError, ValueError, KeyError):

@@ -77,7 +77,7 @@ def _kill_monitor_mid_round_2(daemon: Node, project: Path) -> dict[str, Any]:
     """Start, wait for round 2 mid-run, SIGKILL its monitor; the monitor.json it wrote."""
     daemon.start_session(project)
     daemon.wait(project, lambda s: _running(s, 2), what="round 2 to run")
-    monitor_file = project / ".trainee" / "runs" / SESSION / "round-0002" / "monitor.json"
+    monitor_file = project / ".trainee" / "control" / SESSION / "round-0002" / "monitor.json"
     monitor: dict[str, Any] = json.loads(monitor_file.read_text())
     log = artifacts(project) / "round-0002.log"
     deadline = time.monotonic() + 30

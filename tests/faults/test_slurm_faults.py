@@ -236,9 +236,10 @@ def test_a_submission_writes_a_private_script_and_remembers_the_job(fake: FakeSl
 
     ref = run(lambda: backend.submit(job))
 
-    assert ref == JobRef(backend="slurm", job_id="4242")
+    assert ref == JobRef(backend="slurm", job_id="4242", token=job.token)
     assert remembered_job(job.rnd) == ref
-    script = job.rnd.dir / "job.sbatch"
+    # in the control folder, out of the round's workspace (which the job can write)
+    script = job.rnd.control / "job.sbatch"
     assert fake.calls("sbatch") == [f"--parsable {script}"]
     assert stat.S_IMODE(script.stat().st_mode) == 0o600
     text = script.read_text()

@@ -97,6 +97,7 @@ def test_doctor_tries_the_file_sources_on_the_last_finished_round(tmp_path: Path
     )
     rnd.log.parent.mkdir(parents=True)
     rnd.log.write_text(run.stdout)
+    rnd.exit_file.parent.mkdir(parents=True, exist_ok=True)
     rnd.exit_file.write_text('{"returncode": 0}')
     check = check_metrics_on_last_log(load_project(root))
     assert check.status == "pass", check

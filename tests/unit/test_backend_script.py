@@ -45,6 +45,7 @@ CANARY = "TRAINEE_TEST_CALLER_ONLY"
 def rnd(tmp_path: Path) -> RoundLayout:
     layout = ProjectLayout.for_root(tmp_path / AWKWARD, env={}).session(1).round(3)
     layout.dir.mkdir(parents=True)
+    layout.control.mkdir(parents=True)
     return layout
 
 
@@ -82,7 +83,7 @@ def caller_env() -> dict[str, str]:
 def run_script(
     job: RoundJob, *, header: Sequence[str] = (), clean_env: bool = True, record_exit: bool = True
 ) -> subprocess.CompletedProcess[bytes]:
-    script = job.rnd.dir / "job.sh"
+    script = job.rnd.control / "job.sh"
     script.write_text(job_script(job, header=header, clean_env=clean_env, record_exit=record_exit))
     return subprocess.run(
         ["/bin/sh", str(script)],
@@ -216,7 +217,9 @@ def test_the_exit_status_is_recorded_and_returned(
     done = run_script(make_job(rnd, ["/bin/sh", "-c", command]))
     assert done.returncode == code, done.stderr
     assert exit_code_file(rnd).read_text() == f"{code}\n"
-    assert exit_code_file(rnd) == rnd.dir / "job-exit-code"
+    # in the control folder, out of the job's workspace (which the job can write)
+    assert exit_code_file(rnd) == rnd.control / "job-exit-code"
+    assert not (rnd.dir / "job-exit-code").exists()
 
 
 def test_a_command_that_does_not_exist_records_127(rnd: RoundLayout) -> None:
@@ -241,7 +244,7 @@ def test_the_exit_status_file_is_replaced_atomically(rnd: RoundLayout, tmp_path:
     assert target.read_text() == "3\n"
     assert target.stat().st_ino != old_inode
     assert witness.read_text() == "old\n"
-    assert sorted(p.name for p in rnd.dir.iterdir()) == ["job-exit-code", "job.sh"]
+    assert sorted(p.name for p in rnd.control.iterdir()) == ["job-exit-code", "job.sh"]
 
 
 def test_without_record_exit_no_file_is_written(rnd: RoundLayout) -> None:
@@ -626,7 +629,7 @@ def test_an_engine_stop_lets_the_command_save_and_records_its_own_status(
     command's own (5), not the shell's 143. The command does not start with SIGINT
     ignored (as a background command of a non-interactive shell would)."""
     job = make_job(rnd, [sys.executable, "-c", POLITE_JOB], env=caller_env())
-    script = job.rnd.dir / "job.sh"
+    script = job.rnd.control / "job.sh"
     script.write_text(job_script(job, clean_env=False))
     proc = subprocess.Popen(
         [shell, str(script)],
@@ -665,3 +668,28 @@ def test_secret_names_are_words_not_substrings(name: str, secret: bool) -> None:
     from trainee.launch.render import is_secret_name
 
     assert is_secret_name(name) is secret
+
+
+def test_a_job_script_with_a_token_claims_its_launch_once(rnd: RoundLayout, tmp_path: Path) -> None:
+    """The script claims the launch before the command runs: a second run of the same
+    script (the engine requeued it, or a late copy started) runs nothing, and neither
+    does a script whose launch a restarted daemon revoked first."""
+    from trainee.monitor.process import read_claim, revoke_launch
+
+    marker = tmp_path / "ran"
+    job = msgspec.structs.replace(
+        make_job(rnd, ["/bin/sh", "-c", f"echo x >> {shlex.quote(str(marker))}"]),
+        token="00112233aabbccdd",
+    )
+    assert run_script(job).returncode == 0
+    assert run_script(job).returncode == 0
+    assert marker.read_text() == "x\n"  # once
+    claim = read_claim(rnd, "00112233aabbccdd")
+    assert claim is not None and claim.by == "job"
+    assert revoke_launch(rnd, "00112233aabbccdd") == claim  # claimed: not revocable
+
+    revoked = msgspec.structs.replace(job, token="99887766ffeeddcc")
+    assert revoke_launch(rnd, "99887766ffeeddcc") is None
+    assert run_script(revoked).returncode == 0
+    assert marker.read_text() == "x\n"  # the revoked launch ran nothing
+    assert not list(rnd.control.glob(".claim-*.tmp"))

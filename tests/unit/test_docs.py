@@ -19,6 +19,7 @@ SECTIONS: dict[str, type[msgspec.Struct]] = {
     "data[]": files.DataSpec,
     "launch": files.LaunchSpec,
     "run": files.RunSpec,
+    "run.limits": files.LimitsSpec,
     "output": files.OutputSpec,
     "metrics": files.MetricsSpec,
     "metrics.specs[]": files.MetricSpec,

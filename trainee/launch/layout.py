@@ -5,12 +5,20 @@
     <data_dir>/artifacts/session-XXXX/round-XXXX.log      captured stdout/stderr
     <data_dir>/artifacts/session-XXXX/round-XXXX.log.idx  stderr ranges of that log
     <data_dir>/artifacts/session-XXXX/{report.md, result_ledger.csv, ...}
+    <data_dir>/control/session-XXXX/round-XXXX/           what the daemon trusts
+        exit.json  monitor.json  claim-<token>  job.json  cancel.json  job-exit-code ...
     <trainee_dir>/runs/session-XXXX/round-XXXX/           the round's workspace
-        config.yaml   exit.json   monitor.json   outputs/
+        config.yaml   outputs/
     <trainee_dir>/cache/{home,xdg,hf,torch,mpl,wandb}     redirected caches
     <trainee_dir>/logs/                                   the job's own logs
 
 ``data_dir`` is ``<trainee_dir>`` unless ``TRAINEE_DATA_DIR`` moves runtime data.
+
+The control folder holds the files the daemon believes (how a round ended, which
+monitor runs it, the cluster job's id and status): it is never writable by the job
+(hidden from the sandbox, and outside the job's workspace in unsafe mode too). Rounds
+launched before it existed (``control_layout`` 1 in the store) kept those files in
+their workspace; :meth:`SessionLayout.round` with ``legacy=True`` still finds them.
 """
 
 from __future__ import annotations
@@ -70,6 +78,11 @@ class ProjectLayout:
         return self.trainee_dir / "logs"
 
     @property
+    def control(self) -> Path:
+        """``<data_dir>/control``: the monitors' and cluster jobs' files, never the job's."""
+        return self.data_dir / "control"
+
+    @property
     def cache(self) -> Path:
         return self.trainee_dir / "cache"
 
@@ -115,14 +128,26 @@ class SessionLayout:
     def research_state(self) -> Path:
         return self.artifacts / "research_state.json"
 
-    def round(self, index: int) -> RoundLayout:
-        return RoundLayout(self, index)
+    @property
+    def control(self) -> Path:
+        return self.project.control / self.id
+
+    def round(self, index: int, *, legacy: bool = False) -> RoundLayout:
+        """Round ``index``; ``legacy``: launched before the control folder existed."""
+        return RoundLayout(self, index, legacy)
+
+
+CONTROL_LAYOUT = 2
+"""The store's ``rounds.control_layout`` of a launch whose control files are in
+:attr:`RoundLayout.control` (1: in the workspace, before issue 16)."""
 
 
 @dataclass(frozen=True)
 class RoundLayout:
     session: SessionLayout
     index: int
+    legacy: bool = False
+    """Launched before the control folder existed: its control files are in :attr:`dir`."""
 
     @property
     def name(self) -> str:
@@ -142,12 +167,22 @@ class RoundLayout:
         return self.dir / "config.yaml"
 
     @property
+    def control(self) -> Path:
+        """The round's control folder (its workspace for a legacy launch)."""
+        return self.dir if self.legacy else self.session.control / self.name
+
+    @property
     def exit_file(self) -> Path:
-        return self.dir / "exit.json"
+        return self.control / "exit.json"
 
     @property
     def monitor_file(self) -> Path:
-        return self.dir / "monitor.json"
+        return self.control / "monitor.json"
+
+    def claim_file(self, token: str) -> Path:
+        """Created once by whoever decides a launch's fate first: its monitor (or job
+        script) when it starts the command, or a restarted daemon revoking it."""
+        return self.control / f"claim-{token}"
 
     @property
     def log(self) -> Path:

@@ -56,6 +56,7 @@ __all__ = [
     "config_diff",
     "env_value",
     "is_secret_name",
+    "job_environ",
     "launch_env",
     "render_round",
     "round_values",
@@ -78,18 +79,37 @@ inherited ``TRAINEE_*`` variable is dropped too: the job gets its own five."""
 
 _PYTHONS = ("python", "python3")
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+_SECRET_PARTS = frozenset({"PASS", "PAT", "DSN", "CREDENTIALS", "APIKEY"})
 
 
 def is_secret_name(name: str) -> bool:
-    """Environment variables never written to the store (API keys, tokens, passwords),
-    nor handed to a cluster engine that shows them to others (Ray's runtime_env).
+    """The one rule for environment variables that hold secrets (API keys, tokens,
+    passwords): never written to the store, never handed to the job unless the project
+    lists them in ``launch.env_passthrough``, never shown to a cluster engine that shows
+    them to others (Ray's runtime_env).
 
-    A word of the name (split at ``_``) that ends in KEY, TOKEN, SECRET, ... marks it
-    (``HF_TOKEN``, ``OPENAI_API_KEY``, ``GITHUB_ACCESSTOKEN``); ``TOKENIZERS_PARALLELISM``
-    or ``KEYBOARD_LAYOUT`` are not secrets."""
-    return any(
-        part.endswith(word) for part in name.upper().split("_") for word in _SECRET_WORDS
-    ) or name.upper().endswith("CREDENTIALS")
+    A word of the name (split at ``_``) that ends in KEY, TOKEN, SECRET, PASSWORD, ...
+    or is PASS, PAT, DSN marks it (``HF_TOKEN``, ``OPENAI_API_KEY``, ``PGPASSWORD``,
+    ``GITHUB_ACCESSTOKEN``, ``SENTRY_DSN``); ``TOKENIZERS_PARALLELISM`` or
+    ``KEYBOARD_LAYOUT`` are not secrets."""
+    parts = name.upper().split("_")
+    return any(part in _SECRET_PARTS for part in parts) or any(
+        part.endswith(word) for part in parts for word in _SECRET_WORDS
+    )
+
+
+def job_environ(base_env: Mapping[str, str], passthrough: Sequence[str] = ()) -> dict[str, str]:
+    """What of the caller's environment reaches the job, in every mode and backend: all
+    but :data:`DROPPED_ENV`, inherited ``TRAINEE_*`` and secret-named variables
+    (:func:`is_secret_name`) that ``passthrough`` (``launch.env_passthrough``) does not list."""
+    allowed = set(passthrough)
+    return {
+        key: value
+        for key, value in base_env.items()
+        if key not in DROPPED_ENV
+        and not key.startswith("TRAINEE_")
+        and (key in allowed or not is_secret_name(key))
+    }
 
 
 class RenderedRound(msgspec.Struct, frozen=True, kw_only=True):
@@ -297,15 +317,11 @@ def build_shell_text(spec: ProjectSpec, rnd: RoundLayout, params: ParamValues) -
 def build_env(
     spec: ProjectSpec, rnd: RoundLayout, base_env: Mapping[str, str], *, create: bool = True
 ) -> dict[str, str]:
-    """The child's environment: ``base_env`` (PATH and all) minus :data:`DROPPED_ENV`
-    and inherited ``TRAINEE_*``, plus PYTHONUNBUFFERED=1, the round's ``TRAINEE_*``,
-    the cache variables redirected into ``.trainee/cache/`` (created) and, last,
-    ``launch.env``."""
-    env = {
-        key: value
-        for key, value in base_env.items()
-        if key not in DROPPED_ENV and not key.startswith("TRAINEE_")
-    }
+    """The child's environment: ``base_env`` (PATH and all) filtered by :func:`job_environ`
+    (no secrets unless passed through), plus PYTHONUNBUFFERED=1, the round's
+    ``TRAINEE_*``, the cache variables redirected into ``.trainee/cache/`` (created)
+    and, last, ``launch.env``."""
+    env = job_environ(base_env, spec.launch.env_passthrough)
     where = rnd.placeholders()
     env["PYTHONUNBUFFERED"] = "1"
     env["TRAINEE_SESSION_ID"] = where["session_id"]

@@ -14,9 +14,10 @@ start, with a warning. Stdlib only.
 from __future__ import annotations
 
 import csv
-import glob
 import os
-import stat
+from collections.abc import Sequence
+
+from trainee import jobfiles
 
 __all__ = ["MAX_HEADER", "MAX_READ", "CsvReader"]
 
@@ -34,8 +35,17 @@ Record = tuple[float | None, int | None, str]
 class CsvReader:
     """Follows the newest file matching ``pattern`` for the values of ``column``."""
 
-    def __init__(self, pattern: str, column: str, *, max_read: int = MAX_READ) -> None:
+    def __init__(
+        self,
+        pattern: str,
+        column: str,
+        *,
+        max_read: int = MAX_READ,
+        within: Sequence[str] | None = None,
+    ) -> None:
         self.pattern = pattern
+        self.within = within
+        """Where the file may be (it is the job's: opened by :mod:`trainee.jobfiles`)."""
         self.column = column
         self.max_read = max(1, max_read)
         self._said: set[str] = set()
@@ -61,14 +71,8 @@ class CsvReader:
             self._reset(path)
         out: list[Record] = []
         try:
-            # non-blocking, then checked: a FIFO the job swapped in cannot hang the reader
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-            with open(fd, "rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    self._once(warnings, f"{path} is not a regular file")
-                    return [], warnings
-                size = st.st_size
+            with os.fdopen(jobfiles.open_job_file(path, within=self.within), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
                 if size < self._offset:
                     self._once(warnings, f"{path} was rewritten; it is read again from its start")
                     self._reset(path)
@@ -149,7 +153,7 @@ class CsvReader:
 
     def _newest(self) -> str | None:
         best: tuple[float, str] | None = None
-        for path in glob.glob(self.pattern, recursive=True):
+        for path in jobfiles.find_job_files(self.pattern):  # bounded, never through a link
             try:
                 st = os.stat(path)
             except OSError:

@@ -50,12 +50,14 @@ import json
 import math
 import os
 import re
+import stat
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
+from trainee import jobfiles
 from trainee.errors import ConfigError, InvalidParams, InvalidState
 from trainee.metrics.csv_source import CsvReader
 from trainee.metrics.tb_source import TensorBoardReader
@@ -78,6 +80,8 @@ __all__ = [
 
 BUILTIN_METRICS: tuple[str, str] = ("loss", "total_loss")
 DEFAULT_MAX_POINTS = 100_000
+WANDB_SUMMARY_LIMIT = 16 << 20
+"""Bytes read at most from a W&B summary (a larger one is refused with a warning)."""
 DEFAULT_WANDB_SUMMARY_PATH = "{round_dir}/**/wandb-summary.json"
 """Used by a ``wandb_summary`` spec without ``path`` when the extractor is given no
 ``wandb_dirs`` to search (the runner gives the round's WANDB_DIR and working folder:
@@ -290,6 +294,7 @@ class Extractor:
         max_points: int = DEFAULT_MAX_POINTS,
         wandb_dirs: Sequence[str] = (),
         since: float | None = None,
+        within: Sequence[str] | None = None,
     ) -> None:
         if max_points < 1:
             raise InvalidParams(f"max_points must be at least 1, got {max_points}")
@@ -300,6 +305,19 @@ class Extractor:
         self._specs = tuple(specs)
         self._placeholders = dict(placeholders)
         self._root = os.path.normpath(os.path.abspath(project_root))
+        # metric files are the job's: read only inside the project (and its .trainee/,
+        # wherever that lives) and the round's own folders, never through a link leading
+        # elsewhere
+        folders = ("trainee_dir", "session_dir", "round_dir", "outputs_dir")
+        self._within = (
+            list(within)
+            if within is not None
+            else [
+                self._root,
+                os.path.join(self._root, ".trainee"),
+                *(self._placeholders[k] for k in folders if k in self._placeholders),
+            ]
+        )
         self._series: list[_Series] = []
         self._output_rules: list[_Rule] = []
         self._log_rules: list[_Rule] = []
@@ -328,9 +346,9 @@ class Extractor:
                 raise _spec_error(i, "path", f"required for source {source}")
             pattern = self._pattern(i, spec.path)
             reader = (
-                TensorBoardReader(pattern, spec.key_or_pattern)
+                TensorBoardReader(pattern, spec.key_or_pattern, within=self._within)
                 if source == MetricSource.TENSORBOARD
-                else CsvReader(pattern, spec.key_or_pattern)
+                else CsvReader(pattern, spec.key_or_pattern, within=self._within)
             )
             self._pollers.append((series, reader))
             return
@@ -458,9 +476,9 @@ class Extractor:
                 continue
             if source == MetricSource.JSONL:
                 for path in paths:
-                    out.extend(_read_jsonl(series, path, key))
+                    out.extend(_read_jsonl(series, path, key, self._within))
             else:
-                point = _read_wandb(series, paths[-1], key)
+                point = _read_wandb(series, paths[-1], key, self._within)
                 if point is not None:
                     out.append(point)
         return out
@@ -637,14 +655,15 @@ def _glob_regex(i: int, pattern: str) -> re.Pattern[str]:
 
 
 def _matching_files(pattern: str) -> list[str]:
-    """Regular files matching ``pattern``, oldest first (mtime, then path)."""
+    """Files matching ``pattern`` (not folders), oldest first (mtime, then path). What is
+    not a regular file is kept: reading it says why it is refused."""
     found: list[tuple[int, str]] = []
-    for path in glob.glob(pattern, recursive=True):
+    for path in jobfiles.find_job_files(pattern):  # bounded, never through a link
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
         except OSError:
             continue
-        if os.path.isfile(path):
+        if not stat.S_ISDIR(st.st_mode):
             found.append((st.st_mtime_ns, path))
     return [path for _, path in sorted(found)]
 
@@ -698,12 +717,14 @@ def _record_step(record: dict[str, Any]) -> int | None:
     return None
 
 
-def _read_jsonl(series: _Series, path: str, key: str) -> list[MetricPoint]:
+def _read_jsonl(
+    series: _Series, path: str, key: str, within: Sequence[str] | None = None
+) -> list[MetricPoint]:
     out: list[MetricPoint] = []
     source = str(MetricSource.JSONL)
     malformed = first_malformed = lines = hits = 0
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(jobfiles.open_job_file(path, within=within), "rb") as f:
             for lineno, raw in enumerate(f, 1):
                 line = raw.strip()
                 if not line:
@@ -737,10 +758,13 @@ def _read_jsonl(series: _Series, path: str, key: str) -> list[MetricPoint]:
     return out
 
 
-def _read_wandb(series: _Series, path: str, key: str) -> MetricPoint | None:
+def _read_wandb(
+    series: _Series, path: str, key: str, within: Sequence[str] | None = None
+) -> MetricPoint | None:
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data, more = jobfiles.read_bounded(path, WANDB_SUMMARY_LIMIT, within=within)
+        if more:
+            raise jobfiles.NotRegularFile(0, f"larger than {WANDB_SUMMARY_LIMIT} bytes", path)
     except OSError as exc:
         series.file_warnings.append(f"cannot read {path}: {exc.strerror or exc}")
         return None

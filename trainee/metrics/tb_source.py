@@ -20,6 +20,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from trainee import jobfiles
 from trainee.errors import NotAvailable
 from trainee.spec.files import MetricSource, MetricSpec
 
@@ -61,9 +62,12 @@ def require_tensorboard(specs: Sequence[MetricSpec]) -> None:
 class TensorBoardReader:
     """Follows the event files matching ``pattern`` for scalars tagged ``tag``."""
 
-    def __init__(self, pattern: str, tag: str) -> None:
+    def __init__(self, pattern: str, tag: str, *, within: Sequence[str] | None = None) -> None:
         self.pattern = pattern
         self.tag = tag
+        self.within = within
+        """Where the event files may be (they are the job's: see :mod:`trainee.jobfiles`)."""
+        self._fds: dict[str, int] = {}
         self._loaders: dict[str, Any] = {}
         self._order: list[str] = []
         self._said: set[str] = set()
@@ -90,10 +94,19 @@ class TensorBoardReader:
                 )
                 break
             try:
-                self._loaders[path] = EventFileLoader(path)
+                # the loader opens a path itself: give it the file opened safely here (a
+                # regular file, no link leading elsewhere), which nothing can swap
+                fd = jobfiles.open_job_file(path, within=self.within)
+            except OSError as exc:
+                self._once(warnings, f"cannot read {path}: {exc.strerror or exc}")
+                continue
+            try:
+                self._loaders[path] = EventFileLoader(f"/proc/self/fd/{fd}")
             except (OSError, ValueError) as exc:
+                os.close(fd)
                 self._once(warnings, f"cannot read {path}: {exc}")
                 continue
+            self._fds[path] = fd
             self._order.append(path)
         out: list[Record] = []
         for path in self._order:
@@ -112,7 +125,19 @@ class TensorBoardReader:
                     f"tag {self.tag!r} not found in {len(self._order)} event file(s) "
                     f"(scalar tags seen: {seen})",
                 )
+        if final:
+            self.close()
         return out, warnings
+
+    def close(self) -> None:
+        """Let go of the event files (after the final poll, nothing is read again)."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_fds", {}).values():
+            os.close(fd)
 
     def _scalars(self, event: Any, tensor_util: Any) -> list[Record]:
         if not event.HasField("summary"):
@@ -140,10 +165,11 @@ class TensorBoardReader:
 
     def _event_files(self) -> list[str]:
         found: list[tuple[float, str]] = []
-        for match in glob.glob(self.pattern, recursive=True):
+        # bounded, never through a link: the folders are the job's (trainee.jobfiles)
+        for match in jobfiles.find_job_files(self.pattern):
             paths = (
-                glob.glob(os.path.join(glob.escape(match), "**", "*tfevents*"), recursive=True)
-                if os.path.isdir(match)
+                jobfiles.find_job_files(os.path.join(glob.escape(match), "**", "*tfevents*"))
+                if os.path.isdir(match) and not os.path.islink(match)
                 else [match]
             )
             for path in paths:

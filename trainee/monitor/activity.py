@@ -11,18 +11,39 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-__all__ = ["Activity", "read_heartbeat"]
+from trainee import jobfiles
+
+__all__ = ["HEARTBEAT_LIMIT", "Activity", "file_mtime", "read_heartbeat"]
+
+HEARTBEAT_LIMIT = 65536
+"""Bytes read at most from a heartbeat file."""
+
+Roots = Sequence[str | os.PathLike[str]] | None
 
 
-def read_heartbeat(path: str | os.PathLike[str]) -> float | None:
-    """The time a heartbeat file reports: its ``ts`` field, else its mtime; None if absent."""
+def file_mtime(path: str | os.PathLike[str], within: Roots = None) -> float | None:
+    """The mtime of the regular file ``path`` (opened as :mod:`trainee.jobfiles` does: a
+    FIFO, a device or a link out of ``within`` gives None), None if absent."""
     try:
-        mtime = os.stat(path).st_mtime
-        with open(path, "rb") as f:
-            data = f.read(65536)
+        fd = jobfiles.open_job_file(path, within=within)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_mtime
+    finally:
+        os.close(fd)
+
+
+def read_heartbeat(path: str | os.PathLike[str], within: Roots = None) -> float | None:
+    """The time a heartbeat file reports: its ``ts`` field, else its mtime; None if absent
+    (or not a regular file inside ``within``: the job writes it)."""
+    try:
+        with os.fdopen(jobfiles.open_job_file(path, within=within), "rb") as f:
+            mtime = os.fstat(f.fileno()).st_mtime
+            data = f.read(HEARTBEAT_LIMIT)
     except OSError:
         return None
     ts: object = None
@@ -45,7 +66,9 @@ def read_heartbeat(path: str | os.PathLike[str]) -> float | None:
 class Activity:
     """``last_activity_at`` and ``idle_for`` of one round, fed by whoever sees a sign of life."""
 
-    def __init__(self, started_at: float | None = None) -> None:
+    def __init__(self, started_at: float | None = None, *, within: Roots = None) -> None:
+        self.within = within
+        """Where the watched files may be (their links must not lead elsewhere)."""
         self.last_activity_at: float | None = started_at
         self.last_output_at: float | None = None
         self._mtimes: dict[str, float] = {}
@@ -71,7 +94,7 @@ class Activity:
 
     def note_heartbeat(self, path: str) -> float | None:
         """Read a heartbeat file and count its time; returns that time (None if absent)."""
-        ts = read_heartbeat(path)
+        ts = read_heartbeat(path, self.within)
         if ts is not None:
             self._note(ts)
         return ts
@@ -79,8 +102,9 @@ class Activity:
     def scan(self, paths: Iterable[str], heartbeats: Iterable[str] = ()) -> None:
         """Check the mtimes of ``paths`` and read ``heartbeats`` (missing files are skipped)."""
         for path in paths:
-            with contextlib.suppress(OSError):
-                self.note_file(path, os.stat(path).st_mtime)
+            mtime = file_mtime(path, self.within)
+            if mtime is not None:
+                self.note_file(path, mtime)
         for path in heartbeats:
             self.note_heartbeat(path)
 

@@ -8,6 +8,18 @@ they identify the monitor even after pid reuse, so a restarted daemon tells a
 live round (re-adopt it) from a dead one (``exit.json`` there: finished;
 missing: lost).
 
+Launch tokens: each launch carries a token (kept in the store before the monitor
+starts, and in ``monitor.json`` and ``exit.json``). The monitor claims its launch by
+creating ``claim-<token>`` in the round's control folder before the command starts;
+a restarted daemon that finds a launch recorded but not confirmed tries to create
+that same file first (:func:`revoke_launch`): whoever creates it decides, so the
+round's command runs once whatever instant the daemon died at. An exit or state file
+with another token (an earlier attempt's) is never taken for this launch's.
+
+The control files are read with :mod:`trainee.jobfiles` (no symlink followed, never
+blocking on a FIFO, bounded): in unsafe mode the job could reach
+them, and a bad one is a warning, never a hang.
+
 Reaping: when this process started the monitor, the ``Popen`` object is kept
 in a registry and ``poll()``-ed by :func:`is_alive` / :func:`wait_exit`, so an
 exited monitor is collected as soon as it is noticed and never lingers as a
@@ -17,6 +29,7 @@ zombie. Re-adopted monitors are not our children; their parent reaps them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -30,25 +43,36 @@ import anyio
 import msgspec
 from watchfiles import awatch
 
-from trainee import shim
+from trainee import jobfiles, shim
 from trainee.errors import InvalidState, LaunchError
+from trainee.testhooks import crash_point
 
 __all__ = [
+    "Claim",
     "ExitInfo",
+    "Limits",
     "MonitorState",
     "RoundHandle",
     "RoundPaths",
+    "exit_of",
     "is_alive",
     "kill_orphans",
+    "monitor_pids",
+    "read_claim",
     "read_exit",
     "read_state",
     "request_stop",
+    "revoke_launch",
     "spawn_round",
     "wait_exit",
 ]
 
+log = logging.getLogger("trainee.monitor")
+
 READY_TIMEOUT = 30.0
 SHIM = Path(shim.__file__).resolve()
+CONTROL_LIMIT = 1 << 20
+"""Bytes read at most from a control file (exit.json, monitor.json, a claim)."""
 
 
 class RoundPaths(Protocol):
@@ -61,9 +85,12 @@ class RoundPaths(Protocol):
     @property
     def log_index(self) -> Path: ...
     @property
+    def control(self) -> Path: ...
+    @property
     def exit_file(self) -> Path: ...
     @property
     def monitor_file(self) -> Path: ...
+    def claim_file(self, token: str) -> Path: ...
 
 
 class RoundHandle(msgspec.Struct, frozen=True):
@@ -75,6 +102,8 @@ class RoundHandle(msgspec.Struct, frozen=True):
     index: str
     exit_file: str
     state_file: str
+    token: str | None = None
+    """The launch's token: exit and state files of another launch are not this one's."""
 
 
 class ExitInfo(msgspec.Struct):
@@ -91,6 +120,10 @@ class ExitInfo(msgspec.Struct):
     error: str | None = None
     lost_output_bytes: int = 0
     """stderr bytes the monitor could not write to the log (disk full)."""
+    limit: str | None = None
+    """Why the monitor killed the round over ``run.limits`` (``memory limit 8192 MiB reached``)."""
+    token: str | None = None
+    """The launch this record is of (None: written before launches had tokens)."""
 
 
 class MonitorState(msgspec.Struct):
@@ -101,21 +134,43 @@ class MonitorState(msgspec.Struct):
     child_pid: int | None
     started_at: float
     argv: list[str]
+    token: str | None = None
+
+
+class Claim(msgspec.Struct):
+    """``claim-<token>``: who decided a launch's fate (``monitor``: it started the command;
+    ``daemon``: a restarted daemon revoked it before it started)."""
+
+    by: str
+    pid: int | None = None
+    start_time: int | None = None
+    token: str | None = None
+    at: float | None = None
+    job_id: str | None = None
+    """A cluster job's id, when its job script claimed the launch (Slurm's)."""
 
 
 _exit_decoder = msgspec.json.Decoder(ExitInfo)
 _state_decoder = msgspec.json.Decoder(MonitorState)
+_claim_decoder = msgspec.json.Decoder(Claim)
 _children: dict[int, subprocess.Popen[bytes]] = {}
 """Monitors this process started and has not reaped yet."""
 
 
 def _read_json(path: str | Path, decoder: msgspec.json.Decoder[msgspec.Struct]) -> object:
+    folder = os.path.dirname(os.path.abspath(path))
     try:
-        data = Path(path).read_bytes()
+        # never a symlink, a FIFO or a file elsewhere (unsafe jobs can reach this folder)
+        data, more = jobfiles.read_bounded(path, CONTROL_LIMIT, within=[folder], deny=())
+        if more:
+            raise jobfiles.NotRegularFile(0, f"larger than {CONTROL_LIMIT} bytes", str(path))
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise LaunchError(f"cannot read {path}: {exc.strerror}", data={"file": str(path)}) from exc
+        raise LaunchError(
+            f"cannot read {path}: {exc.strerror or exc}",
+            data={"file": str(path), "reason": str(exc.strerror or exc)},
+        ) from exc
     try:
         return decoder.decode(data)
     except msgspec.DecodeError as exc:
@@ -137,6 +192,53 @@ def read_state(path: str | Path) -> MonitorState | None:
     state = _read_json(path, _state_decoder)  # type: ignore[arg-type]
     assert state is None or isinstance(state, MonitorState)
     return state
+
+
+def read_claim(rnd: RoundPaths, token: str) -> Claim | None:
+    """The claim of launch ``token``, None when nobody claimed it (yet)."""
+    claim = _read_json(rnd.claim_file(token), _claim_decoder)  # type: ignore[arg-type]
+    assert claim is None or isinstance(claim, Claim)
+    return claim
+
+
+def revoke_launch(rnd: RoundPaths, token: str) -> Claim | None:
+    """Decide the fate of a launch that was recorded but never confirmed.
+
+    None: revoked here; its monitor had not claimed it, and never will start the
+    command now (it finds the claim and exits), so the round can be launched anew.
+    Otherwise the monitor's claim: it started the command, which must be re-adopted
+    (its pid and start time name the monitor), never run a second time.
+    """
+    rnd.control.mkdir(parents=True, exist_ok=True)
+    found = shim.claim(
+        str(rnd.claim_file(token)), {"by": "daemon", "token": token, "at": time.time()}
+    )
+    if found is None:
+        return None
+    try:
+        return msgspec.convert(found, type=Claim)
+    except msgspec.ValidationError:
+        # unreadable (a claim is written whole before it appears: someone tampered)
+        return Claim(by="unknown", token=token)
+
+
+def monitor_pids() -> set[int]:
+    """Pids of the round monitors (:mod:`trainee.shim`, started as ``python -I <file>``)
+    running on this machine as processes this user can see: a process that descends
+    from one of them is a round's job."""
+    shim_path = str(SHIM).encode()
+    found: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read(4096).split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 2 and argv[1] == b"-I" and argv[2] == shim_path:
+            found.add(int(name))
+    return found
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -203,6 +305,8 @@ def build_shim_argv(
     timeout_sec: float | None,
     grace_sec: float,
     ready_fd: int | None = None,
+    token: str | None = None,
+    limits: Limits | None = None,
 ) -> list[str]:
     """The monitor's command line (``-I``: no user site, no PYTHON* variables, no cwd on the path)."""
     cmd = [sys.executable, "-I", str(SHIM)]
@@ -213,7 +317,20 @@ def build_shim_argv(
         cmd += ["--timeout", repr(float(timeout_sec))]
     if ready_fd is not None:
         cmd += ["--ready-fd", str(ready_fd)]
+    if token is not None:
+        cmd += ["--token", token, "--claim", str(rnd.claim_file(token))]
+    if limits is not None and limits.memory_mb is not None:
+        cmd += ["--max-memory-mb", str(limits.memory_mb)]
+    if limits is not None and limits.processes is not None:
+        cmd += ["--max-processes", str(limits.processes)]
     return [*cmd, "--", *argv]
+
+
+class Limits(msgspec.Struct, frozen=True):
+    """``run.limits`` of a round, enforced by its monitor over the whole process tree."""
+
+    memory_mb: int | None = None
+    processes: int | None = None
 
 
 async def spawn_round(
@@ -224,8 +341,14 @@ async def spawn_round(
     rnd: RoundPaths,
     timeout_sec: float | None,
     grace_sec: float,
+    token: str | None = None,
+    limits: Limits | None = None,
 ) -> RoundHandle:
     """Start ``argv`` under a new monitor; return once the command runs.
+
+    ``token`` names the launch (recorded in the store before this is called): the
+    monitor claims it before the command starts (see :func:`revoke_launch`); a launch
+    revoked meanwhile raises LaunchError and starts nothing. ``limits``: run.limits.
 
     Stale ``exit.json`` / ``monitor.json`` of an earlier attempt are removed;
     the log and its index are appended to. Raises LaunchError when the command
@@ -253,12 +376,12 @@ async def spawn_round(
                 f"a monitor (pid {previous.pid}) is still running this round",
                 data={"file": str(rnd.monitor_file)},
             )
-    append = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    append = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
     try:
         for stale in (rnd.exit_file, rnd.monitor_file):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(stale)
-        for folder in (rnd.dir, rnd.log.parent, rnd.log_index.parent):
+        for folder in (rnd.dir, rnd.control, rnd.log.parent, rnd.log_index.parent):
             folder.mkdir(parents=True, exist_ok=True)
         # The index exists before the log (a tailer that finds the log finds it too);
         # the monitor's own stderr (a traceback if it ever crashes) goes to the log.
@@ -273,7 +396,14 @@ async def spawn_round(
     try:
         proc = subprocess.Popen(
             build_shim_argv(
-                argv, rnd, cwd=cwd, timeout_sec=timeout_sec, grace_sec=grace_sec, ready_fd=ready_w
+                argv,
+                rnd,
+                cwd=cwd,
+                timeout_sec=timeout_sec,
+                grace_sec=grace_sec,
+                ready_fd=ready_w,
+                token=token,
+                limits=limits,
             ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -290,15 +420,24 @@ async def spawn_round(
         os.close(ready_w)
         os.close(log_fd)
     _children[proc.pid] = proc
+    crash_point("monitor.spawned")
     try:
         ready = await _read_until_eof(ready_r, READY_TIMEOUT)
     finally:
         os.close(ready_r)
     state = read_state(rnd.monitor_file) if ready.startswith(b"READY") else None
+    if state is not None and state.token != token:
+        state = None
     if state is None:
+        # no READY: the monitor is ending (or stuck); a revoked launch says so by its status
+        with anyio.move_on_after(2):
+            while proc.poll() is None:
+                await anyio.sleep(0.01)
+        code = proc.poll()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        code = proc.poll()
+        if code == shim.REVOKED:
+            raise LaunchError(f"launch {token} of {rnd.dir} was revoked before it started")
         raise LaunchError(
             f"the round monitor failed to start (exit status {code}); see {rnd.log}",
             data={"file": str(rnd.log), "tail": _log_tail(rnd.log)},
@@ -310,6 +449,7 @@ async def spawn_round(
         index=str(rnd.log_index),
         exit_file=str(rnd.exit_file),
         state_file=str(rnd.monitor_file),
+        token=token,
     )
 
 
@@ -357,15 +497,33 @@ def _lost(handle: RoundHandle) -> ExitInfo:
     )
 
 
+_warned: set[tuple[str, str]] = set()
+
+
+def exit_of(handle: RoundHandle) -> ExitInfo | None:
+    """The launch's own ``exit.json``: None when absent, unreadable (a warning, once) or
+    of another launch (another token)."""
+    try:
+        info = read_exit(handle.exit_file)
+    except LaunchError as exc:
+        if (handle.exit_file, exc.message) not in _warned:
+            _warned.add((handle.exit_file, exc.message))
+            log.warning("ignoring the round's exit file: %s", exc.message)
+        return None
+    if info is not None and handle.token is not None and info.token != handle.token:
+        return None
+    return info
+
+
 def _check(handle: RoundHandle) -> ExitInfo | None:
-    info = read_exit(handle.exit_file)
+    info = exit_of(handle)
     if info is not None:
         _reap(handle.pid)
         return info
     if is_alive(handle):
         return None
     # exit.json is written just before the monitor exits: look once more.
-    info = read_exit(handle.exit_file)
+    info = exit_of(handle)
     if info is not None:
         return info
     # The monitor died without it (killed): its job must not run on unsupervised.

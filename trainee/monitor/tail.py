@@ -34,6 +34,7 @@ import contextlib
 import fcntl
 import glob
 import inspect
+import logging
 import os
 import re
 import time
@@ -48,7 +49,11 @@ import anyio
 import msgspec
 from watchfiles import Change, awatch
 
+from trainee import jobfiles
+
 __all__ = ["MAX_LINE", "FileTail", "Line", "Stream", "strip_ansi", "tail_files"]
+
+log = logging.getLogger("trainee.monitor.tail")
 
 MAX_LINE = 64 * 1024
 READ_CAP = 1 << 20
@@ -234,9 +239,13 @@ class FileTail:
         offset: int = 0,
         index: str | None = None,
         max_line: int = MAX_LINE,
+        within: Sequence[str] | None = None,
     ) -> None:
         self.path = path
         self.index = index
+        self.within = within
+        """Folders the file may be in: it is the job's to write, so it is opened as
+        :mod:`trainee.jobfiles` does (no link leading elsewhere, never a FIFO)."""
         self.offset = offset
         """Next byte to read."""
         self.backlog = False
@@ -248,6 +257,7 @@ class FileTail:
         self._idx_pos = 0
         self._idx_rest = b""
         self._ranges: deque[tuple[int, int]] = deque()
+        self._refused: str | None = None
         if index is None:
             self._streams = [_Assembler(path, "log", max_line)]
         else:
@@ -321,7 +331,12 @@ class FileTail:
 
     def _open(self) -> bool:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = jobfiles.open_job_file(self.path, within=self.within)
+        except jobfiles.NotRegularFile as exc:
+            if self._refused != exc.strerror:
+                self._refused = exc.strerror
+                log.warning("not reading %s: %s", self.path, exc.strerror)
+            return False
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
             return False
         st = os.fstat(fd)
@@ -351,7 +366,7 @@ class FileTail:
             return os.fstat(self._fd).st_size
         if self._idx_fd is None:
             try:
-                self._idx_fd = os.open(self.index, os.O_RDONLY | os.O_CLOEXEC)
+                self._idx_fd = jobfiles.open_job_file(self.index, within=self.within)
             except OSError:
                 return os.fstat(self._fd).st_size
         fcntl.flock(self._idx_fd, fcntl.LOCK_SH)
@@ -422,6 +437,7 @@ class _TailSet:
         patterns: Sequence[str],
         offsets: dict[str, int],
         indexes: Mapping[str, str],
+        within: Sequence[str] | None = None,
     ) -> None:
         for pattern in patterns:
             if not os.path.isabs(pattern):
@@ -429,6 +445,7 @@ class _TailSet:
         self.patterns = list(patterns)
         self.offsets = offsets
         self.indexes = dict(indexes)
+        self.within = within
         self.tails: dict[str, FileTail] = {}
 
     def roots(self) -> dict[str, bool]:
@@ -444,7 +461,8 @@ class _TailSet:
         """Start following files that now match a pattern."""
         skip = {*self.indexes.values(), *(t.index for t in self.tails.values() if t.index)}
         for pattern in self.patterns:
-            paths = glob.glob(pattern, recursive=True) if glob.has_magic(pattern) else [pattern]
+            # the job's folders: bounded, never through a link (trainee.jobfiles)
+            paths = jobfiles.find_job_files(pattern) if glob.has_magic(pattern) else [pattern]
             for path in paths:
                 if path in self.tails or path in skip or not os.path.isfile(path):
                     continue
@@ -452,7 +470,9 @@ class _TailSet:
                 if index is None and not glob.has_magic(pattern):
                     candidate = path + INDEX_SUFFIX
                     index = candidate if os.path.isfile(candidate) else None
-                self.tails[path] = FileTail(path, offset=self.offsets.get(path, 0), index=index)
+                self.tails[path] = FileTail(
+                    path, offset=self.offsets.get(path, 0), index=index, within=self.within
+                )
 
     def read(self, limit: int | None) -> tuple[list[Line], bool]:
         lines: list[Line] = []
@@ -528,8 +548,13 @@ async def tail_files(
     batch_interval: float = 0.03,
     rescan_interval: float = 0.5,
     force_poll_interval: float = 0.25,
+    within: Sequence[str] | None = None,
 ) -> None:
     """Follow every file matching ``patterns`` (absolute paths or globs) until ``stop``.
+
+    ``within``: the folders the files may be in (:func:`trainee.jobfiles.open_job_file`):
+    a file that is not a regular file there (a FIFO, a link to elsewhere) is skipped
+    with a warning, never read.
 
     ``on_batch`` (sync or async) gets every new line, one call per batch: while
     output flows, at most one call per ``batch_interval`` (plus back-to-back
@@ -548,7 +573,7 @@ async def tail_files(
     After ``stop`` is set, every file is read to its end, unfinished lines are
     handed over, and the coroutine returns.
     """
-    tails = _TailSet(patterns, {} if offsets is None else offsets, indexes or {})
+    tails = _TailSet(patterns, {} if offsets is None else offsets, indexes or {}, within)
     wake = anyio.Event()
     rescan_wanted = False
 

@@ -16,6 +16,7 @@ from trainee.discovery import runplan
 from trainee.discovery.metrics import training_metric_advice
 from trainee.errors import ConfigError, InvalidParams, ProviderError, SandboxError, TraineeError
 from trainee.ids import parse_round, parse_session
+from trainee.jobfiles import read_bounded
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import command_prefix
@@ -216,13 +217,21 @@ def check_limits(spec: ProjectSpec) -> Check:
 
 
 def _finished_ok(layout: ProjectLayout, log: Path) -> bool:
-    """A round log whose round ended with exit code 0 (not running, stopped or failed)."""
-    exit_file = layout.runs / log.parent.name / log.stem / "exit.json"
-    try:
-        info = json.loads(exit_file.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(info, dict) and info.get("returncode") == 0 and not info.get("stopped")
+    """A round log whose round ended with exit code 0 (not running, stopped or failed).
+
+    Its ``exit.json`` is in the control folder (in the round's workspace for rounds
+    launched before it existed), read as the daemon reads it: never blocking."""
+    for exit_file in (
+        layout.control / log.parent.name / log.stem / "exit.json",
+        layout.runs / log.parent.name / log.stem / "exit.json",
+    ):
+        try:
+            data, _ = read_bounded(exit_file, 1 << 20, within=[exit_file.parent], deny=())
+            info = json.loads(data)
+        except (OSError, ValueError):
+            continue
+        return isinstance(info, dict) and info.get("returncode") == 0 and not info.get("stopped")
+    return False
 
 
 def _feed_round_log(extractor: Extractor, log: Path) -> None:

@@ -15,6 +15,7 @@ import glob
 import hashlib
 import logging
 import math
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,16 +32,17 @@ from trainee.errors import (
     SandboxError,
     TraineeError,
 )
+from trainee.jobfiles import find_job_files
 from trainee.launch.backends import Backend, JobRef, JobState, RoundJob, make_backend
 from trainee.launch.backends.base import clear_job_files
-from trainee.launch.layout import ProjectLayout, RoundLayout, SessionLayout
+from trainee.launch.layout import CONTROL_LAYOUT, ProjectLayout, RoundLayout, SessionLayout
 from trainee.launch.render import build_env, render_round
 from trainee.launch.sandbox import check_bwrap, wrap
 from trainee.llm.settings import load_settings
 from trainee.metrics.extract import Extractor
 from trainee.metrics.tb_source import require_tensorboard
 from trainee.monitor.activity import Activity
-from trainee.monitor.process import ExitInfo
+from trainee.monitor.process import ExitInfo, Limits, revoke_launch
 from trainee.monitor.tail import Line, tail_files
 from trainee.research.decision import params_diff
 from trainee.research.state import (
@@ -59,6 +61,7 @@ from trainee.spec.wire import Event
 from trainee.store.db import Store
 from trainee.store.export import write_ledgers, write_report, write_research_state
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord
+from trainee.testhooks import crash_point
 
 log = logging.getLogger("trainee.session")
 
@@ -609,6 +612,7 @@ class SessionRunner:
         env: Mapping[str, str] | None = None,
         cwd: str = "",
     ) -> RoundJob:
+        limits = spec.run.limits
         return RoundJob(
             argv=argv,
             env=dict(env or {}),
@@ -618,7 +622,14 @@ class SessionRunner:
             timeout_sec=spec.run.timeout_minutes * 60,
             grace_sec=float(getattr(spec.advanced, "stop_grace_sec", 30.0)),
             guarded=self._security_mode() == SecurityMode.GUARDED,
+            token=rec.launch_token,
+            limits=Limits(memory_mb=limits.memory_mb, processes=limits.processes),
         )
+
+    def _round_layout(self, rec: RoundRecord) -> RoundLayout:
+        """Where the round's files are (a round launched before the control folder
+        existed keeps its control files in its workspace)."""
+        return self.session_layout.round(rec.index, legacy=rec.control_layout < CONTROL_LAYOUT)
 
     async def _launch(
         self, spec: ProjectSpec, rec: RoundRecord, rnd: RoundLayout
@@ -631,10 +642,25 @@ class SessionRunner:
         )
         if self._security_mode() == SecurityMode.GUARDED:
             network = bool(getattr(spec.advanced, "network", True))
-            rendered = wrap(rendered, spec, rnd, network=network)
+            rendered = wrap(rendered, spec, rnd, network=network, caller_env=self.env)
         rnd.session.artifacts.mkdir(parents=True, exist_ok=True)
+        # The launch intent goes to the store before anything starts: a daemon killed
+        # from here on finds the token, and with it what the launch started (or revokes
+        # it), so the round's command never runs twice.
+        crash_point("launch.before_intent")
+        rec = await self.store.update_round(
+            self.record.index,
+            rec.index,
+            launch_token=secrets.token_hex(8),
+            control_layout=CONTROL_LAYOUT,
+            command=rendered.display,
+            config_path=rendered.config_path,
+            attempt=rec.attempt,
+        )
+        crash_point("launch.after_intent")
         job = self._job(spec, rec, rnd, rendered.argv, rendered.env, rendered.cwd)
         ref = await self.backend.submit(job)
+        crash_point("launch.after_submit")
         if ref.pid is not None:
             self.monitors[rec.index] = ref.pid
         now = time.time()
@@ -651,6 +677,7 @@ class SessionRunner:
             started_at=now,
             attempt=rec.attempt,
         )
+        crash_point("launch.after_record")
         self.emit(
             "round.started",
             {
@@ -675,14 +702,70 @@ class SessionRunner:
             job_id=rec.job_id,
             pid=rec.monitor_pid,
             start_time=rec.monitor_start_time,
+            token=rec.launch_token,
         )
+
+    async def _unconfirmed_launch(
+        self, backend: Backend, rec: RoundRecord, rnd: RoundLayout, job: RoundJob
+    ) -> JobRef | None:
+        """What the launch recorded by its token (but never confirmed as running) started:
+        the job it left in the control folder, else the one that claimed the launch; None
+        when nothing did, after revoking the launch so that nothing ever will."""
+        token = rec.launch_token
+        assert token is not None
+        try:
+            stray = backend.unrecorded(job)
+        except Exception:
+            stray = None
+        if stray is not None and stray.token == token and await _adoptable(backend, stray, job):
+            return stray
+        # nothing to watch (yet): take the launch's claim first, so that whatever of it
+        # may still start (a monitor starting late, a job still queued) never runs
+        claim = await anyio.to_thread.run_sync(revoke_launch, rnd, token)
+        if claim is None:
+            return None
+        if claim.by == "monitor" and claim.pid is not None and claim.start_time is not None:
+            return JobRef(
+                backend=backend.name, pid=claim.pid, start_time=claim.start_time, token=token
+            )
+        job_id = claim.job_id or (stray.job_id if stray is not None else None)
+        if job_id:
+            return JobRef(backend=backend.name, job_id=job_id, token=token)
+        # claimed, but by whom cannot be told: the command started; it cannot be watched
+        log.warning(
+            "%s round %d: launch %s started but left no way to find it",
+            self.record.id,
+            rec.index,
+            token,
+        )
+        return JobRef(backend=backend.name, token=token)
 
     async def _resume_round(self, spec: ProjectSpec, rec: RoundRecord) -> RoundSummary:
         assert self.backend is not None
         backend = self.backend
-        rnd = self.session_layout.round(rec.index)
+        rnd = self._round_layout(rec)
         job = self._job(spec, rec, rnd)
         ref = self._ref_of(rec)
+        if rec.status != "running" and rec.launch_token is not None:
+            # launched (the intent is stored) but never recorded as running
+            ref = await self._unconfirmed_launch(backend, rec, rnd, job)
+            if ref is None:
+                log.info(
+                    "%s round %d: its launch never started; launching it now",
+                    self.record.id,
+                    rec.index,
+                )
+                return await self._run_round(spec, rec)
+            rec = await self.store.update_round(
+                self.record.index,
+                rec.index,
+                status="running",
+                monitor_pid=ref.pid,
+                monitor_start_time=ref.start_time,
+                job_id=ref.job_id,
+                backend=ref.backend,
+                started_at=rec.started_at or time.time(),
+            )
         if ref is not None and ref.backend != backend.name:
             raise LaunchError(
                 f"round {rec.index} of {self.record.id} runs on {ref.backend}, but "
@@ -703,6 +786,8 @@ class SessionRunner:
                 return summary
             rec = await self._mark_rerun(rec)
         stray = None if rec.status == "running" else backend.unrecorded(job)
+        if stray is not None and rec.launch_token is not None:
+            stray = None  # a launch with a token was decided above
         if rec.status == "running" or stray is not None:
             if stray is not None:
                 # Launched, but the daemon died before recording the launch: end that
@@ -794,6 +879,14 @@ class SessionRunner:
         )
         # Re-parse from the start for metrics; show only what was not shown before.
         shown_until = rec.log_offset if readopted else 0
+        # the files tailed and watched are the job's: read only inside the project, its
+        # .trainee/ and the session's artifacts, never through a link leading elsewhere
+        project = self.layout
+        within = [
+            str(project.project_root.resolve()),
+            str(project.trainee_dir.resolve()),
+            str(rnd.session.artifacts.resolve()),
+        ]
         offsets: dict[str, int] = {}
         patterns = [str(rnd.log)] + [_fill(p, placeholders, spec) for p in spec.advanced.log_paths]
         tail_lines: list[str] = []
@@ -854,7 +947,7 @@ class SessionRunner:
 
         async def run_tail() -> None:
             try:
-                await tail_files(patterns, on_batch, stop=stop_tail, offsets=offsets)
+                await tail_files(patterns, on_batch, stop=stop_tail, offsets=offsets, within=within)
             finally:
                 tail_finished.set()
 
@@ -878,7 +971,7 @@ class SessionRunner:
         async def on_state(state: JobState, detail: str) -> None:
             self.emit("round.state", {"round": rec.index, "state": str(state), "detail": detail})
 
-        activity = Activity(started_at=time.time())
+        activity = Activity(started_at=time.time(), within=within)
         mtime_globs, heartbeat_globs = _signal_globs(spec, placeholders)
 
         async def watch_signals() -> None:
@@ -1113,9 +1206,10 @@ def _signal_globs(
 
 
 def _expand(patterns: list[str]) -> list[str]:
+    """The files of the signal globs (the job's folders: bounded, never through a link)."""
     out: list[str] = []
     for pattern in patterns:
-        out.extend(glob.glob(pattern, recursive=True) if glob.has_magic(pattern) else [pattern])
+        out.extend(find_job_files(pattern) if glob.has_magic(pattern) else [pattern])
     return out
 
 

@@ -360,6 +360,13 @@ class _Compiler:
             for i, c in enumerate(launch.command):
                 if "\x00" in c:
                     raise self.fail(self.psrc, ("launch", "command", i), "contains a NUL byte")
+        for i, name in enumerate(launch.env_passthrough):
+            if name.upper().startswith("TRAINEE_"):
+                raise self.fail(
+                    self.psrc,
+                    ("launch", "env_passthrough", i),
+                    f"{name}: TRAINEE_* variables are trainee's own and never passed through",
+                )
         for i, arg in enumerate(launch.args):
             self._check_arg(("launch", "args", i, "value"), arg.value)
         for i, item in enumerate(self.project.data):

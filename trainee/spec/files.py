@@ -30,6 +30,7 @@ __all__ = [
     "Goal",
     "IntegrationsSpec",
     "LaunchSpec",
+    "LimitsSpec",
     "LineMap",
     "MetricSource",
     "MetricSpec",
@@ -141,6 +142,7 @@ MetricName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:/\-]*$", ma
 Flag = Annotated[str, Meta(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=128)]
 ArgFlag = Annotated[str, Meta(pattern=r"^[^\s=]+$", max_length=256)]
 ConfigPath = Annotated[str, Meta(pattern=r"^[^.\s]+(\.[^.\s]+)*$", max_length=256)]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
 OverrideKey = Annotated[
     str, Meta(pattern=r"^(\+\+|\+|~)?[A-Za-z_][A-Za-z0-9_\-./@]*$", max_length=256)
 ]
@@ -178,6 +180,19 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     args: tuple[ArgSpec, ...] = ()
     arg_style: ArgStyle = ArgStyle.SPACE
     env: dict[str, Value] = msgspec.field(default_factory=dict)
+    env_passthrough: tuple[EnvName, ...] = ()
+    """Variables of the caller named like secrets (keys, tokens, passwords) that may
+    reach the job; every other secret-named variable is dropped from its environment."""
+
+
+class LimitsSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``run.limits``: per-round limits the round monitor applies to the job's whole
+    process tree; a round over one is killed and fails with the reason."""
+
+    memory_mb: Annotated[int, Meta(ge=1, le=1 << 40)] | None = None
+    """Resident memory of all the round's processes added up, in MiB."""
+    processes: Annotated[int, Meta(ge=1, le=1 << 22)] | None = None
+    """Processes the round may have at once (bwrap's own not counted)."""
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -191,6 +206,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     parallel: Annotated[int, Meta(ge=1, le=64)] = 1
     """Candidates tried at once: each decision step proposes this many distinct plans
     and runs them together on the backend (budgets still count rounds)."""
+    limits: LimitsSpec = msgspec.field(default_factory=LimitsSpec)
 
 
 class LlmBudgetSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -155,7 +155,15 @@ ALTER TABLE sessions ADD COLUMN stop_detail TEXT;
 that answered and whose point it was (the hybrid's S1..Sk, own, or the optimizer fallback);
 the text a policy gave with its stop (a stop is not an error)."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+_V4 = """
+ALTER TABLE rounds ADD COLUMN launch_token TEXT;
+ALTER TABLE rounds ADD COLUMN control_layout INTEGER NOT NULL DEFAULT 1;
+"""
+"""Exactly-once launches: the token of a round's launch, recorded before its monitor (or
+cluster job) starts; and where the round's control files are (1: in its workspace, as
+rounds launched before this version kept them; 2: in ``<data_dir>/control/``)."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -142,6 +142,12 @@ class RoundRecord(Record, kw_only=True):
     batch: int = 0
     """The decision step the round belongs to: rounds of one step ran at once
     (``run.parallel``); the baseline is step 0."""
+    launch_token: str | None = None
+    """The token of the round's latest launch, stored before it starts: a restarted
+    daemon either finds what that launch started or revokes it (never runs it twice)."""
+    control_layout: int = 2
+    """Where the launch's control files are: 2, ``<data_dir>/control/...``; 1, the round's
+    workspace (rounds launched before trainee kept them apart from the job)."""
 
     def __post_init__(self) -> None:
         if self.status not in ROUND_STATUSES:

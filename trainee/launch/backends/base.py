@@ -28,9 +28,10 @@ from typing import Protocol
 import anyio
 import msgspec
 
+from trainee import jobfiles
 from trainee.errors import LaunchError
 from trainee.launch.layout import RoundLayout
-from trainee.monitor.process import ExitInfo
+from trainee.monitor.process import ExitInfo, Limits
 
 __all__ = [
     "BWRAP_MISSING_CODE",
@@ -70,6 +71,8 @@ class JobRef(msgspec.Struct, frozen=True, kw_only=True):
     job_id: str | None = None
     pid: int | None = None
     start_time: int | None = None
+    token: str | None = None
+    """The launch's token (see :func:`trainee.monitor.process.revoke_launch`)."""
 
 
 class RoundJob(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,6 +87,11 @@ class RoundJob(msgspec.Struct, frozen=True, kw_only=True):
     timeout_sec: float | None
     grace_sec: float
     guarded: bool = False
+    token: str | None = None
+    """The launch's token, recorded in the store before the launch: the monitor or the
+    job script claims it before the command starts (a launch runs once)."""
+    limits: Limits | None = None
+    """``run.limits``; enforced by the local monitor (a cluster has its own)."""
 
 
 StateCallback = Callable[[JobState, str], Awaitable[None]]
@@ -130,16 +138,25 @@ class Backend(Protocol):
 
 
 def exit_code_file(rnd: RoundLayout) -> Path:
-    return rnd.dir / "job-exit-code"
+    return rnd.control / "job-exit-code"
 
 
 def _job_file(rnd: RoundLayout) -> Path:
-    return rnd.dir / "job.json"
+    return rnd.control / "job.json"
+
+
+def _read_control(path: Path) -> bytes:
+    """A control file, read without following a link out of its folder or blocking."""
+    data, more = jobfiles.read_bounded(path, 1 << 20, within=[path.parent], deny=())
+    if more:
+        raise jobfiles.NotRegularFile(0, "larger than 1 MiB", str(path))
+    return data
 
 
 def remember_job(rnd: RoundLayout, ref: JobRef) -> None:
     """Written as soon as the engine accepted the job, before the store records it."""
     path = _job_file(rnd)
+    rnd.control.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(msgspec.json.encode(ref))
     os.replace(tmp, path)
@@ -147,18 +164,18 @@ def remember_job(rnd: RoundLayout, ref: JobRef) -> None:
 
 def remembered_job(rnd: RoundLayout) -> JobRef | None:
     try:
-        return msgspec.json.decode(_job_file(rnd).read_bytes(), type=JobRef)
+        return msgspec.json.decode(_read_control(_job_file(rnd)), type=JobRef)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
 
 
 def _cancel_file(rnd: RoundLayout) -> Path:
-    return rnd.dir / "cancel.json"
+    return rnd.control / "cancel.json"
 
 
 def mark_cancel(rnd: RoundLayout, reason: str) -> None:
     """Remember why a job was cancelled, so a restarted daemon reports it the same way."""
-    rnd.dir.mkdir(parents=True, exist_ok=True)
+    rnd.control.mkdir(parents=True, exist_ok=True)
     path = _cancel_file(rnd)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"reason": reason, "at": time.time()}))
@@ -167,23 +184,23 @@ def mark_cancel(rnd: RoundLayout, reason: str) -> None:
 
 def cancel_reason(rnd: RoundLayout) -> str | None:
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        reason = json.loads(_cancel_file(rnd).read_text()).get("reason")
+        reason = json.loads(_read_control(_cancel_file(rnd))).get("reason")
         return str(reason) if reason else None
     return None
 
 
 def _started_file(rnd: RoundLayout) -> Path:
-    return rnd.dir / "job-started"
+    return rnd.control / "job-started"
 
 
 def running_since(rnd: RoundLayout) -> float | None:
     """When the job was first seen running (not queued): its timeout counts from there,
     across daemon restarts."""
     try:
-        value = float(_started_file(rnd).read_text())
+        value = float(_read_control(_started_file(rnd)))
     except (OSError, ValueError):
         return None
-    # the round folder is the job's to write: a value it forged must not lift its timeout
+    # never a time to come: a value found there must not lift the timeout
     return value if math.isfinite(value) and value <= time.time() else None
 
 
@@ -193,7 +210,7 @@ def mark_running(rnd: RoundLayout) -> float:
         return found
     now = time.time()
     try:
-        rnd.dir.mkdir(parents=True, exist_ok=True)
+        rnd.control.mkdir(parents=True, exist_ok=True)
         tmp = _started_file(rnd).with_suffix(".tmp")
         tmp.write_text(repr(now))
         os.replace(tmp, _started_file(rnd))
@@ -220,7 +237,7 @@ def clear_job_files(rnd: RoundLayout) -> None:
 def read_exit_code(rnd: RoundLayout) -> int | None:
     """The status the job script recorded when the command ended (None: it did not)."""
     try:
-        text = exit_code_file(rnd).read_text().strip()
+        text = _read_control(exit_code_file(rnd)).decode(errors="replace").strip()
     except OSError:
         return None
     return int(text) if text.lstrip("-").isdigit() else None
@@ -238,6 +255,12 @@ def job_script(
     with :data:`BWRAP_MISSING_CODE` and a message saying so. The command's status
     is written to :func:`exit_code_file` (atomically) before the script exits with it.
 
+    With a launch token the script first claims the launch (``ln`` of a finished
+    temporary file to ``claim-<token>`` in the control folder, atomic like the local
+    monitor's): if a restarted daemon revoked the launch meanwhile (it found it never
+    confirmed and submitted the round again), the script ends at once, silently, and
+    the command never runs.
+
     Stopping: Slurm's scancel and Ray's stop_job send SIGTERM to every process of
     the job, the command's included. The script itself survives it (a handler that
     does nothing, run only once the foreground command has ended), so the status is
@@ -249,7 +272,17 @@ def job_script(
         *header,
         f"cd {shlex.quote(job.cwd)} || exit 1",
         "trap 'true' TERM INT HUP",
+        f"mkdir -p {shlex.quote(str(job.rnd.control))}",
     ]
+    if job.token is not None:
+        claim = shlex.quote(str(job.rnd.claim_file(job.token)))
+        tmp = shlex.quote(str(job.rnd.control / f".claim-{job.token}.")) + "$$.tmp"
+        record = '{"by": "job", "job_id": "%s", "token": "' + job.token + '", "at": %s}\\n'
+        lines += [
+            f'printf \'{record}\' "${{SLURM_JOB_ID:-}}" "$(date +%s)" > {tmp} || exit 1',
+            f"if ! ln {tmp} {claim} 2>/dev/null; then rm -f {tmp}; exit 0; fi",
+            f"rm -f {tmp}",
+        ]
     env_args = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(job.env.items()))
     command = " ".join(shlex.quote(a) for a in job.argv)
     run = f"env -i {env_args} {command}" if clean_env else command

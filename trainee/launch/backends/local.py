@@ -8,9 +8,9 @@ from trainee.launch.backends.base import JobRef, RoundJob, StateCallback
 from trainee.monitor.process import (
     ExitInfo,
     RoundHandle,
+    exit_of,
     is_alive,
     kill_orphans,
-    read_exit,
     read_state,
     request_stop,
     spawn_round,
@@ -31,6 +31,7 @@ def handle_of(ref: JobRef, job: RoundJob) -> RoundHandle | None:
         index=str(rnd.log_index),
         exit_file=str(rnd.exit_file),
         state_file=str(rnd.monitor_file),
+        token=ref.token,
     )
 
 
@@ -47,8 +48,12 @@ class LocalBackend:
             rnd=job.rnd,
             timeout_sec=job.timeout_sec,
             grace_sec=job.grace_sec,
+            token=job.token,
+            limits=job.limits,
         )
-        return JobRef(backend=self.name, pid=handle.pid, start_time=handle.start_time)
+        return JobRef(
+            backend=self.name, pid=handle.pid, start_time=handle.start_time, token=job.token
+        )
 
     async def wait(
         self, ref: JobRef, job: RoundJob, *, on_state: StateCallback | None = None
@@ -64,7 +69,7 @@ class LocalBackend:
 
     async def adoptable(self, ref: JobRef, job: RoundJob) -> bool:
         handle = handle_of(ref, job)
-        return handle is not None and (is_alive(handle) or read_exit(job.rnd.exit_file) is not None)
+        return handle is not None and (is_alive(handle) or exit_of(handle) is not None)
 
     async def probe(self) -> str:
         return "rounds run on this machine under trainee's round monitor"
@@ -90,4 +95,6 @@ class LocalBackend:
             return None
         if state is None:
             return None
-        return JobRef(backend="local", pid=state.pid, start_time=state.start_time)
+        return JobRef(
+            backend="local", pid=state.pid, start_time=state.start_time, token=state.token
+        )

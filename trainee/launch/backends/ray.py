@@ -1,6 +1,6 @@
 """Rounds as Ray Jobs: ``JobSubmissionClient`` at ``advanced.backend.address``.
 
-The entrypoint runs the round's job script (``job.sh`` in the round's folder,
+The entrypoint runs the round's job script (``job.sh`` in the round's control folder,
 on the filesystem the cluster shares with this machine) with the round's
 environment as ``runtime_env`` variables and ``entrypoint_num_cpus/gpus``
 reserved. The job's log comes back through ``tail_job_logs`` and is copied into
@@ -140,12 +140,13 @@ class RayBackend:
 
     async def submit(self, job: RoundJob) -> JobRef:
         job.rnd.dir.mkdir(parents=True, exist_ok=True)
+        job.rnd.control.mkdir(parents=True, exist_ok=True)
         job.rnd.log.parent.mkdir(parents=True, exist_ok=True)
         clear_job_files(job.rnd)
-        script = job.rnd.dir / "job.sh"
+        script = job.rnd.control / "job.sh"
         script.write_text(job_script(job, clean_env=False))
         job_id = f"{job.name}-{uuid.uuid4().hex[:8]}"
-        ref = JobRef(backend=self.name, job_id=job_id)
+        ref = JobRef(backend=self.name, job_id=job_id, token=job.token)
         # Known before Ray has it: a daemon dying right after submitting still finds it.
         remember_job(job.rnd, ref)
         options: dict[str, Any] = {"entrypoint_num_cpus": self.cpus}

@@ -1,7 +1,7 @@
 """Rounds as Slurm batch jobs: ``sbatch --parsable``, ``squeue``/``scontrol`` (``sacct``
 when present), ``scancel``.
 
-The batch script (``job.sbatch`` in the round's folder) runs the rendered command
+The batch script (``job.sbatch`` in the round's control folder) runs the rendered command
 with the round's environment and writes stdout and stderr to the round log
 (``-o``) on the filesystem the nodes share with this machine; the session tails
 that file as for local rounds. Every Slurm command runs with a timeout: a Slurm
@@ -216,9 +216,10 @@ class SlurmBackend:
 
     async def submit(self, job: RoundJob) -> JobRef:
         job.rnd.dir.mkdir(parents=True, exist_ok=True)
+        job.rnd.control.mkdir(parents=True, exist_ok=True)
         job.rnd.log.parent.mkdir(parents=True, exist_ok=True)
         clear_job_files(job.rnd)
-        script = job.rnd.dir / "job.sbatch"
+        script = job.rnd.control / "job.sbatch"
         fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(job_script(job, header=self._header(job), clean_env=False))
@@ -226,7 +227,7 @@ class SlurmBackend:
         job_id = done.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise LaunchError(f"sbatch answered {done.stdout.strip()!r}, not a job id")
-        ref = JobRef(backend=self.name, job_id=job_id)
+        ref = JobRef(backend=self.name, job_id=job_id, token=job.token)
         remember_job(job.rnd, ref)
         return ref
 
