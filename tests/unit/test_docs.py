@@ -27,6 +27,10 @@ SECTIONS: dict[str, type[msgspec.Struct]] = {
     "advanced.backend": files.BackendSpec,
     "llm": files.LlmBudgetSpec,
     "decision": files.DecisionSpec,
+    "integrations": files.IntegrationsSpec,
+    "integrations.mlflow": files.MlflowSpec,
+    "integrations.wandb": files.WandbSpec,
+    "integrations.notify": files.NotifySpec,
     "tuning.yaml": files.TuningFileSpec,
     "params[]": files.ParamSpec,
 }

@@ -15,6 +15,7 @@ from trainee.api.methods import registry
 from trainee.discovery.init import InitResult, PrepareResult, init_project, prepare_project
 from trainee.discovery.tunables import TunablesResult, discover_tunables
 from trainee.errors import ConfigError, InvalidParams
+from trainee.integrations.config import masked_integrations, restore_masked
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import config_diff, render_round
 from trainee.launch.sandbox import check_bwrap
@@ -30,6 +31,7 @@ from trainee.spec import (
     save_project_files,
 )
 from trainee.spec import wire as w
+from trainee.spec.files import IntegrationsSpec
 
 
 def project_policy(root: str) -> str:
@@ -257,13 +259,27 @@ async def project_get(ctx: CallContext, params: w.ProjectRootParams) -> ProjectG
     spec = await anyio.to_thread.run_sync(load_project, root)
     return ProjectGetResult(
         project_root=spec.project_root,
-        project=msgspec.to_builtins(spec.to_project_file()),
+        project=_masked(msgspec.to_builtins(spec.to_project_file())),
         tuning=msgspec.to_builtins(spec.to_tuning_file()),
         tunables=[
             {k: v for k, v in msgspec.to_builtins(t).items() if k != "param"} for t in spec.tunables
         ],
         baseline_config=spec.baseline_config,
     )
+
+
+def _masked(project: dict[str, Any]) -> dict[str, Any]:
+    """project.yaml as plain data with the integrations' secrets masked."""
+    if isinstance(project.get("integrations"), dict):
+        project["integrations"] = masked_integrations(project["integrations"])
+    return project
+
+
+def _saved_integrations(root: str) -> IntegrationsSpec:
+    try:
+        return load_project_file(Path(root) / ".trainee" / "project.yaml").integrations
+    except ConfigError:
+        return IntegrationsSpec()
 
 
 @registry.method(w.ProjectRegisterParams, ProjectGetResult)
@@ -278,6 +294,10 @@ async def project_register(ctx: CallContext, params: w.ProjectRegisterParams) ->
     raw = msgspec.to_builtins(params)
     tuning_raw = raw.pop("tuning") or {}
     raw.pop("project_root")
+    if raw.get("integrations"):
+        # a masked URL sent back (the page saves what project_get showed) keeps the saved one
+        saved = await anyio.to_thread.run_sync(_saved_integrations, root)
+        raw["integrations"] = restore_masked(raw["integrations"], saved)
     try:
         project = msgspec.convert(raw, ProjectFileSpec)
         tuning = msgspec.convert(tuning_raw or {"version": 1}, TuningFileSpec)

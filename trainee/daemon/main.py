@@ -186,7 +186,7 @@ async def _serve(config: DaemonConfig) -> int:
         buffer=limits.watch_events,
         buffer_bytes=limits.watch_bytes,
     )
-    manager = SessionManager(bus)
+    manager = SessionManager(bus, http_url=http_url)
     # service data (the projects it ran sessions in): ~/.trainee/runtime, private
     paths.ensure_private_dir(manager.state_dir)
     services = Services(

@@ -12,7 +12,11 @@ config.json::
      "llm_timeout_sec": 600, "llm_temperature": 1.0,
      "system_prompt": "...", "prompt_presets": {"name": {"prompt": "...", "kind": "system"}},
      "debug": false,
-     "prices": {"my-model": {"input_per_mtok": 0.5, "output_per_mtok": 1.5}}}
+     "prices": {"my-model": {"input_per_mtok": 0.5, "output_per_mtok": 1.5}},
+     "notify": {"urls": ["tgram://..."], "on": ["session_failed"], "stall_minutes": 30}}
+
+``notify`` (Apprise URLs, see :class:`trainee.spec.files.NotifySpec`) is read by
+:func:`load_notify`; its URLs are secrets like the keys.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from msgspec import Meta
 from trainee import paths
 from trainee.errors import ConfigError, InvalidParams
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT as _PROMPT_DEFAULT
+from trainee.spec.files import NotifySpec
+from trainee.spec.integrations import notify_url_problem
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -53,6 +59,7 @@ __all__ = [
     "candidates",
     "config_file",
     "is_configured",
+    "load_notify",
     "load_settings",
     "mask",
     "masked_view",
@@ -163,6 +170,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit
     debug: bool = False
     prices: dict[str, ModelPrice] = msgspec.field(default_factory=dict)
     failover: list[str] = msgspec.field(default_factory=list)
+    notify: NotifySpec | None = None
 
 
 _SAVE_LOCK = threading.Lock()
@@ -254,6 +262,15 @@ def _parse_file(data: Mapping[str, Any], path: Path) -> _ConfigFile:
                 file=str(path),
                 field=f"failover[{i}]",
                 reason=reason,
+            )
+    for i, url in enumerate(cfg.notify.urls if cfg.notify else ()):
+        problem = notify_url_problem(url)
+        if problem:
+            raise ConfigError(
+                f"{path}: notify.urls[{i}]: {problem}",
+                file=str(path),
+                field=f"notify.urls[{i}]",
+                reason=problem,
             )
     for name in cfg.providers:
         if name not in REAL_PROVIDERS:
@@ -377,6 +394,13 @@ def load_settings(
         prices=dict(cfg.prices),
         failover=tuple(cfg.failover),
     )
+
+
+def load_notify(path: str | os.PathLike[str] | None = None) -> NotifySpec | None:
+    """The ``notify`` section of config.json (None when there is none); ConfigError
+    naming the key at fault when the file is bad."""
+    file_path = config_file() if path is None else Path(path)
+    return _parse_file(_read_raw(file_path), file_path).notify
 
 
 def active_overrides(env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -23,6 +23,7 @@ import msgspec
 from trainee import paths
 from trainee.errors import InvalidParams, InvalidState, NotFound
 from trainee.ids import parse_session, session_id
+from trainee.integrations import SUBSCRIBED_KINDS, SessionIntegrations
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import is_secret_name
 from trainee.llm.settings import LlmSettings, load_settings
@@ -32,7 +33,7 @@ from trainee.session.bus import EventBus
 from trainee.session.external_policy import ExternalPolicy
 from trainee.session.llm_policy import LlmPolicy
 from trainee.session.policy import Policy, RandomPolicy
-from trainee.session.runner import SessionControl, SessionRunner
+from trainee.session.runner import FINISHED, SessionControl, SessionRunner
 from trainee.spec import ProjectSpec
 from trainee.store.db import Store
 from trainee.store.records import SessionRecord
@@ -72,8 +73,10 @@ def prompt_parts(spec: ProjectSpec, settings: LlmSettings, journal: str = "") ->
 
 
 class SessionManager:
-    def __init__(self, bus: EventBus, *, state_dir: Path | None = None) -> None:
+    def __init__(self, bus: EventBus, *, state_dir: Path | None = None, http_url: str = "") -> None:
         self.bus = bus
+        self.http_url = http_url
+        """The daemon's web page (links in notifications)."""
         self.state_dir = state_dir or paths.service_data_dir()
         self._stores: dict[str, Store] = {}
         self._store_lock = anyio.Lock()
@@ -148,7 +151,7 @@ class SessionManager:
                 continue
             for rec in records:
                 log.info("resuming %s of %s", rec.id, root)
-                self._spawn(store, rec)
+                self._spawn(store, rec, restarted=True)
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -240,7 +243,7 @@ class SessionManager:
             secrets = {k: v for k, v in self.default_env.items() if is_secret_name(k)}
         return {**record.env, **secrets}
 
-    def _spawn(self, store: Store, record: SessionRecord) -> Running:
+    def _spawn(self, store: Store, record: SessionRecord, *, restarted: bool = False) -> Running:
         assert self._tg is not None, "the manager is not running"
         control = SessionControl()
         env = self.full_env(record)
@@ -256,6 +259,18 @@ class SessionManager:
         running = Running(control=control, runner=runner, done=anyio.Event())
         key = (record.project_root, record.index)
         self._running[key] = running
+        # subscribed now, before the runner publishes anything; it never holds the runner
+        integrations = SessionIntegrations(
+            store=store,
+            record=record,
+            layout=runner.session_layout,
+            subscribe=lambda since: self.bus.subscribe(
+                since=since, session=record.id, kinds=SUBSCRIBED_KINDS
+            ),
+            finished_statuses=frozenset(FINISHED),
+            http_url=self.http_url,
+            restarted=restarted,
+        )
 
         async def task() -> None:
             try:
@@ -265,7 +280,11 @@ class SessionManager:
             finally:
                 self._running.pop(key, None)
                 running.done.set()
+                integrations.session_ended()
 
+        self._tg.start_soon(
+            integrations.run, name=f"{record.project_root}:{record.id}:integrations"
+        )
         self._tg.start_soon(task, name=f"{record.project_root}:{record.id}")
         return running
 

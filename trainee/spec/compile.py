@@ -27,6 +27,7 @@ from trainee.spec.files import (
     DataSpec,
     DecisionSpec,
     FieldPath,
+    IntegrationsSpec,
     LaunchSpec,
     LineMap,
     LlmBudgetSpec,
@@ -45,6 +46,7 @@ from trainee.spec.files import (
     decode_file,
     line_of,
 )
+from trainee.spec.integrations import notify_url_problem, tracking_uri_problem
 from trainee.spec.placeholders import placeholders_in
 from trainee.spec.regexcheck import check_pattern
 
@@ -153,6 +155,7 @@ class ProjectSpec(msgspec.Struct, frozen=True, kw_only=True):
     tunables: tuple[TunableSpec, ...]
     constraints: tuple[Constraint, ...] = ()
     """tuning.yaml's constraints, parsed, with the fixed values they name bound."""
+    integrations: IntegrationsSpec = IntegrationsSpec()
 
     @property
     def root_path(self) -> Path:
@@ -177,6 +180,7 @@ class ProjectSpec(msgspec.Struct, frozen=True, kw_only=True):
             advanced=self.advanced,
             llm=self.llm,
             decision=self.decision,
+            integrations=self.integrations,
         )
 
     def to_tuning_file(self) -> TuningFileSpec:
@@ -306,6 +310,7 @@ class _Compiler:
         self._check_output()
         self._check_metrics()
         self._check_advanced()
+        self._check_integrations()
         tunables = self._check_params()
         constraints = self._check_constraints(tunables)
         return ProjectSpec(
@@ -326,6 +331,7 @@ class _Compiler:
             decision=p.decision,
             tunables=tunables,
             constraints=constraints,
+            integrations=p.integrations,
         )
 
     # -- project.yaml -------------------------------------------------------------------
@@ -575,6 +581,21 @@ class _Compiler:
             self._check_shell(adv.shell_command)
         self._check_backend()
         self._check_parallel()
+
+    def _check_integrations(self) -> None:
+        """URIs and URLs are checked by :mod:`trainee.spec.integrations`; reasons never
+        repeat them (a notification URL often holds a token)."""
+        spec = self.project.integrations
+        if spec.mlflow is not None:
+            problem = tracking_uri_problem(spec.mlflow.tracking_uri)
+            if problem:
+                where: FieldPath = ("integrations", "mlflow", "tracking_uri")
+                raise self.fail(self.psrc, where, problem)
+        if spec.notify is not None:
+            for i, url in enumerate(spec.notify.urls):
+                problem = notify_url_problem(url)
+                if problem:
+                    raise self.fail(self.psrc, ("integrations", "notify", "urls", i), problem)
 
     def _check_parallel(self) -> None:
         """Rounds of one step run at once: a file they read their metrics or activity

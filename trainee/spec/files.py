@@ -28,12 +28,16 @@ __all__ = [
     "Environment",
     "FieldPath",
     "Goal",
+    "IntegrationsSpec",
     "LaunchSpec",
     "LimitsSpec",
     "LineMap",
     "MetricSource",
     "MetricSpec",
     "MetricsSpec",
+    "MlflowSpec",
+    "NotifyEvent",
+    "NotifySpec",
     "OutputSpec",
     "ParamSpec",
     "ParamType",
@@ -44,6 +48,7 @@ __all__ = [
     "SignalType",
     "TuningFileSpec",
     "Value",
+    "WandbSpec",
     "config_error",
     "decode_file",
     "format_field",
@@ -105,6 +110,18 @@ class ParamType(enum.StrEnum):
     INT = "int"
     BOOL = "bool"
     CHOICE = "choice"
+
+
+class NotifyEvent(enum.StrEnum):
+    """What a notification is sent for (``integrations.notify.on``)."""
+
+    SESSION_FINISHED = "session_finished"
+    SESSION_FAILED = "session_failed"
+    NEW_BEST = "new_best"
+    ROUND_FAILED = "round_failed"
+    STALLED = "stalled"
+    BUDGET = "budget"
+    RESUMED = "resumed"
 
 
 class SignalType(enum.StrEnum):
@@ -292,6 +309,49 @@ class AdvancedSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     backend: BackendSpec = BackendSpec()
 
 
+class MlflowSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``integrations.mlflow``: each finished round becomes an MLflow run, nested under a
+    run per session. ``tracking_uri``: ``http(s)://host:port`` (a tracking server),
+    ``sqlite:///file.db``, ``file:/folder`` or a plain folder (MLflow's file store;
+    relative paths are taken from the project root). ``experiment``: default the
+    project folder's name. ``artifacts``: upload the round log and config."""
+
+    tracking_uri: NonEmptyStr
+    experiment: NonEmptyStr | None = None
+    artifacts: bool = True
+
+
+class WandbSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``integrations.wandb``: each finished round becomes an offline W&B run (grouped by
+    session) under ``dir`` (relative to the project root), for a later ``wandb sync``.
+    ``project``: default the project folder's name."""
+
+    dir: NonEmptyStr = ".trainee/wandb"
+    project: NonEmptyStr | None = None
+    entity: NonEmptyStr | None = None
+    artifacts: bool = True
+
+
+class NotifySpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``integrations.notify`` (and ``notify`` in ~/.trainee/config.json): Apprise URLs
+    told about ``on`` (default: every event); ``stall_minutes`` (default 30): a running
+    round without output or heartbeat for that long counts as stalled. The project's
+    ``urls`` are added to the user's; its ``on`` and ``stall_minutes`` win."""
+
+    urls: tuple[NonEmptyStr, ...] = ()
+    on: tuple[NotifyEvent, ...] | None = None
+    stall_minutes: Annotated[float, Meta(gt=0)] | None = None
+
+
+class IntegrationsSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``integrations``: where a session's rounds are also reported (each an optional
+    extra: ``trainee[mlflow]``, ``trainee[wandb]``, ``trainee[notify]``)."""
+
+    mlflow: MlflowSpec | None = None
+    wandb: WandbSpec | None = None
+    notify: NotifySpec | None = None
+
+
 class ProjectFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``.trainee/project.yaml``."""
 
@@ -304,6 +364,7 @@ class ProjectFileSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     advanced: AdvancedSpec = msgspec.field(default_factory=AdvancedSpec)
     llm: LlmBudgetSpec = msgspec.field(default_factory=LlmBudgetSpec)
     decision: DecisionSpec = msgspec.field(default_factory=DecisionSpec)
+    integrations: IntegrationsSpec = msgspec.field(default_factory=IntegrationsSpec)
 
 
 # -- tuning.yaml -----------------------------------------------------------------

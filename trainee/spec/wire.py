@@ -182,6 +182,7 @@ class ProjectRegisterParams(Wire):
     advanced: dict[str, Any] = msgspec.field(default_factory=dict)
     llm: dict[str, Any] = msgspec.field(default_factory=dict)
     decision: dict[str, Any] = msgspec.field(default_factory=dict)
+    integrations: dict[str, Any] = msgspec.field(default_factory=dict)
     tuning: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
