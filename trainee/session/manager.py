@@ -31,9 +31,10 @@ from trainee.policies import POLICIES
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, journal_section
 from trainee.session.bus import EventBus
 from trainee.session.external_policy import ExternalPolicy
+from trainee.session.inputs import FINISHED
 from trainee.session.llm_policy import LlmPolicy
 from trainee.session.policy import Policy, RandomPolicy
-from trainee.session.runner import FINISHED, SessionControl, SessionRunner
+from trainee.session.runner import SessionControl, SessionRunner
 from trainee.spec import ProjectSpec
 from trainee.store.db import Store
 from trainee.store.records import SessionRecord
