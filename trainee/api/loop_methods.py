@@ -28,6 +28,7 @@ from trainee.session.llm_policy import LlmPolicy
 from trainee.session.manager import SessionManager
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec import wire as w
+from trainee.states import ROUND_FINISHED, RoundStatus
 from trainee.store.export import write_ledgers, write_report
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord
 
@@ -81,7 +82,7 @@ def _public(rec: SessionRecord) -> SessionView:
 
 def _round_fields(rec: RoundRecord, now: float | None) -> dict[str, object]:
     fields = {f: getattr(rec, f) for f in rec.__struct_fields__}
-    if rec.status == "running" and rec.last_activity_at:
+    if rec.status == RoundStatus.RUNNING and rec.last_activity_at:
         fields["idle_for"] = max(0.0, (now or time.time()) - rec.last_activity_at)
     return fields
 
@@ -321,7 +322,7 @@ async def loop_get(ctx: CallContext, params: w.SessionParams) -> LoopGetResult:
     root, rec = found.root, found.record
     rounds = await found.store.list_rounds(rec.index)
     now = time.time()
-    current = next((r for r in rounds if r.status in ("running", "pending")), None)
+    current = next((r for r in rounds if r.status not in ROUND_FINISHED), None)
     by_index = {r.index: r for r in rounds}
     running = manager_of(ctx).control_of(root, rec.index) is not None
     best = by_index.get(rec.best_round) if rec.best_round else None

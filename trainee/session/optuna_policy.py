@@ -42,6 +42,7 @@ from trainee.research.state import ResearchState, format_metric
 from trainee.session.policy import Proposal, round_sig, sample_point, seeded_rng
 from trainee.spec import ParamType, TunableSpec
 from trainee.spec.constraints import Constraint
+from trainee.states import RoundStatus
 
 if TYPE_CHECKING:
     import optuna
@@ -300,7 +301,7 @@ class TpePolicy:
         if first is not None:
             out.append(KnownPoint(dict(first.params), first.metric, first.status, 1))
         out.extend(self.told)
-        return [k for k in out if k.status != "stopped"]
+        return [k for k in out if k.status != RoundStatus.STOPPED]
 
     def suggest(
         self,
@@ -483,7 +484,11 @@ def _tell_infeasible(
 
 
 def _is_complete(point: KnownPoint) -> bool:
-    return point.status == "completed" and point.metric is not None and math.isfinite(point.metric)
+    return (
+        point.status == RoundStatus.COMPLETED
+        and point.metric is not None
+        and math.isfinite(point.metric)
+    )
 
 
 def _finished_count(study: optuna.Study) -> int:

@@ -66,6 +66,20 @@ class NoParams(Wire):
     pass
 
 
+class PublishedStates(Wire):
+    """The statuses and stop reasons (``trainee.states.published()``): clients decide by
+    these instead of spelling them again."""
+
+    round_statuses: list[str]
+    round_finished: list[str]
+    """A round in one of these is over."""
+    session_statuses: list[str]
+    session_ended: list[str]
+    """A session in one of these has ended (it may be resumed)."""
+    stop_reasons: dict[str, str]
+    """Each stop reason and the status a session ends with for it."""
+
+
 class HelloResult(Wire):
     name: str
     version: str
@@ -76,6 +90,7 @@ class HelloResult(Wire):
     http_url: str | None
     project_root: str | None
     capabilities: list[str]
+    states: PublishedStates
 
 
 class ToolsListParams(Wire):

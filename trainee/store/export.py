@@ -21,6 +21,7 @@ from xml.sax.saxutils import escape
 
 import msgspec
 
+from trainee.states import RoundStatus
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord, to_builtins
 
 __all__ = [
@@ -235,7 +236,7 @@ def _when(ts: float | None) -> str:
 
 
 def _scored(rounds: Sequence[RoundRecord]) -> list[RoundRecord]:
-    return [r for r in rounds if r.status == "completed" and r.primary_metric is not None]
+    return [r for r in rounds if r.status == RoundStatus.COMPLETED and r.primary_metric is not None]
 
 
 def _better(a: float, b: float, goal: str) -> bool:
