@@ -303,3 +303,94 @@ class DryRunParams(Wire):
     project_root: str
     security_mode: str | None = None
     env: dict[str, str] | None = None
+
+
+# -- analysis (session_analysis) ---------------------------------------------------------
+
+
+class SessionAnalysisParams(Wire):
+    """A session's analysis; with ``left_round`` / ``right_round`` / ``right_session`` also
+    a comparison of two rounds: left is this session's ``left_round`` (default its best
+    round), right is ``right_session``'s (default this session) ``right_round`` (default:
+    that session's best round, or this session's baseline when both sides are one session)."""
+
+    session: SessionRef | None = None
+    project_root: str | None = None
+    left_round: RoundRef | None = None
+    right_round: RoundRef | None = None
+    right_session: SessionRef | None = None
+    compare: bool = False
+    """Compare even without any of the three (best against baseline, or the other best)."""
+
+
+class AnalysisTunable(Wire):
+    """One plotted axis: a tunable's type, bounds, choices and scale."""
+
+    name: str
+    type: str
+    log: bool = False
+    min_value: float | None = None
+    max_value: float | None = None
+    choices: list[Any] | None = None
+
+
+class AnalysisRound(Wire):
+    """One round as the parallel-coordinates and slice plots draw it."""
+
+    index: int
+    status: str
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    metric: float | None = None
+    verdict: str | None = None
+    hypothesis: str = ""
+
+
+class ParamImportance(Wire):
+    """Optuna's importance of each tunable (shares summing to 1), or why there is none."""
+
+    available: bool
+    evaluator: str
+    values: dict[str, float] = msgspec.field(default_factory=dict)
+    note: str = ""
+
+
+class ComparedRound(Wire):
+    """One side of a comparison; ``curve`` is the primary metric as ``[step, value]``."""
+
+    session: str
+    round: int
+    status: str
+    metric: float | None = None
+    verdict: str | None = None
+    verdict_reason: str = ""
+    hypothesis: str = ""
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    curve: list[tuple[float, float]] = msgspec.field(default_factory=list)
+
+
+class ParamDiff(Wire):
+    name: str
+    left: Any = None
+    right: Any = None
+    changed: bool = False
+
+
+class Comparison(Wire):
+    metric: str
+    left: ComparedRound
+    right: ComparedRound
+    params: list[ParamDiff] = msgspec.field(default_factory=list)
+
+
+class SessionAnalysis(Wire):
+    """The analysis views' data: axes, rounds, importance, and an optional comparison."""
+
+    session: str
+    metric: str
+    goal: str
+    importance: ParamImportance
+    baseline_round: int | None = None
+    best_round: int | None = None
+    tunables: list[AnalysisTunable] = msgspec.field(default_factory=list)
+    rounds: list[AnalysisRound] = msgspec.field(default_factory=list)
+    comparison: Comparison | None = None
