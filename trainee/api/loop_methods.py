@@ -565,7 +565,7 @@ async def _spec_or_none(root: str) -> ProjectSpec | None:
 
 
 async def _compared(
-    store: Store, rec: SessionRecord, rounds: dict[int, RoundRecord], index: int, metric: str
+    store: Store, rec: SessionRecord, rounds: dict[int, RoundRecord], index: int
 ) -> w.ComparedRound:
     r = rounds.get(index)
     if r is None:
@@ -573,9 +573,8 @@ async def _compared(
             f"{rec.id} has no round {index} ({len(rounds)} round{'s' if len(rounds) != 1 else ''})",
             {"session": rec.id, "round": index},
         )
-    points = await store.points(rec.index, index, name=metric)
-    curve = [(float(p.step if p.step is not None else p.seq), p.value) for p in points]
-    return analysis.compared_round(rec.id, r, curve)
+    points = await store.points(rec.index, index)
+    return analysis.compared_round(rec.id, r, [(p.name, p.value, p.step, p.seq) for p in points])
 
 
 def _default_round(rec: SessionRecord, rounds: dict[int, RoundRecord]) -> int | None:
@@ -592,7 +591,8 @@ async def session_analysis(ctx: CallContext, params: w.SessionAnalysisParams) ->
 
     Comparing: ``left_round`` of this session (default its best) against ``right_round``
     of ``right_session`` (default this session; default round: that session's best, or
-    this session's baseline). The page calls it again as rounds finish.
+    this session's baseline). ``compare`` alone asks for that default comparison when
+    the session has a round (none before). The page calls it again as rounds finish.
     """
     found = await resolve.resolve_session(ctx, params.session, params.project_root)
     root, rec, store = found.root, found.record, found.store
@@ -603,13 +603,14 @@ async def session_analysis(ctx: CallContext, params: w.SessionAnalysisParams) ->
     else:
         metric, goal = _builtin_metric(list(rounds.values())), "min"
     comparison = None
-    if params.compare or params.left_round or params.right_round or params.right_session:
+    asked = params.left_round or params.right_round or params.right_session
+    if asked or (params.compare and rounds):
         left_index = params.left_round or _default_round(rec, rounds)
         if left_index is None:
             raise InvalidState(
                 f"{rec.id} has no round to compare yet", {"session": rec.id, "reason": "no round"}
             )
-        left = await _compared(store, rec, rounds, left_index, metric)
+        left = await _compared(store, rec, rounds, left_index)
         other, other_rounds, other_store = rec, rounds, store
         if params.right_session is not None and params.right_session != rec.id:
             target = await resolve.resolve_session(ctx, params.right_session, root)
@@ -625,7 +626,7 @@ async def session_analysis(ctx: CallContext, params: w.SessionAnalysisParams) ->
                 f"{other.id} has no round to compare yet",
                 {"session": other.id, "reason": "no round"},
             )
-        right = await _compared(other_store, other, other_rounds, right_index, metric)
+        right = await _compared(other_store, other, other_rounds, right_index)
         comparison = analysis.compare(left, right, metric)
     tunables = spec.tunables if spec is not None else ()
     return await anyio.to_thread.run_sync(

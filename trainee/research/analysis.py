@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EVALUATOR",
+    "MAX_CURVE_POINTS",
     "NEEDS_TWO",
     "NO_SPACE",
     "OPTUNA_HINT",
@@ -318,10 +319,27 @@ def build_analysis(
     )
 
 
+MAX_CURVE_POINTS = 400
+"""Points per metric curve in a comparison: longer curves are thinned evenly (last kept)."""
+
+
+def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    if len(points) <= MAX_CURVE_POINTS:
+        return points
+    stride = math.ceil(len(points) / MAX_CURVE_POINTS)
+    kept = points[::stride]
+    return kept if kept[-1] == points[-1] else [*kept, points[-1]]
+
+
 def compared_round(
-    session: str, r: RoundLike, curve: Sequence[tuple[float, float]] = ()
+    session: str, r: RoundLike, points: Sequence[tuple[str, float, int | None, int]] = ()
 ) -> ComparedRound:
-    """One side of a comparison: a round's params, metric, verdict and metric curve."""
+    """One side of a comparison: a round's params, metric, verdict and metric curves from
+    its ``(name, value, step, seq)`` points (non-finite values are not drawn)."""
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for name, value, step, seq in points:
+        if math.isfinite(value):
+            curves.setdefault(name, []).append((float(step if step is not None else seq), value))
     return ComparedRound(
         session=session,
         round=r.index,
@@ -331,7 +349,7 @@ def compared_round(
         verdict_reason=r.verdict_reason,
         hypothesis=r.hypothesis,
         params=dict(r.params),
-        curve=[(float(x), float(y)) for x, y in curve if math.isfinite(y)],
+        curves={name: _thin(c) for name, c in curves.items()},
     )
 
 
@@ -344,4 +362,21 @@ def compare(left: ComparedRound, right: ComparedRound, metric: str) -> Compariso
         missing = (name in left.params) != (name in right.params)
         changed = missing or not values_equal(a, b)
         diffs.append(ParamDiff(name=name, left=a, right=b, changed=changed))
-    return Comparison(metric=metric, left=left, right=right, params=diffs)
+    return Comparison(
+        metric=metric,
+        left=left,
+        right=right,
+        params=diffs,
+        curve_metric=_curve_metric(left, right, metric),
+    )
+
+
+def _curve_metric(left: ComparedRound, right: ComparedRound, metric: str) -> str:
+    def length(name: str) -> int:
+        return max(len(left.curves.get(name, ())), len(right.curves.get(name, ())))
+
+    if length(metric) > 1:
+        return metric
+    names = [*left.curves, *(n for n in right.curves if n not in left.curves)]
+    best = max(names, key=lambda n: (length(n), n in left.curves and n in right.curves), default="")
+    return best if best and length(best) > 1 else metric

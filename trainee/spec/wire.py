@@ -320,7 +320,8 @@ class SessionAnalysisParams(Wire):
     right_round: RoundRef | None = None
     right_session: SessionRef | None = None
     compare: bool = False
-    """Compare even without any of the three (best against baseline, or the other best)."""
+    """Compare even without any of the three (best against baseline, or the other best);
+    no comparison while the session has no round."""
 
 
 class AnalysisTunable(Wire):
@@ -355,7 +356,8 @@ class ParamImportance(Wire):
 
 
 class ComparedRound(Wire):
-    """One side of a comparison; ``curve`` is the primary metric as ``[step, value]``."""
+    """One side of a comparison; ``curves``: every metric's points as ``[step, value]``
+    (the step, else the point's position in the log), at most a few hundred per metric."""
 
     session: str
     round: int
@@ -365,7 +367,7 @@ class ComparedRound(Wire):
     verdict_reason: str = ""
     hypothesis: str = ""
     params: dict[str, Any] = msgspec.field(default_factory=dict)
-    curve: list[tuple[float, float]] = msgspec.field(default_factory=list)
+    curves: dict[str, list[tuple[float, float]]] = msgspec.field(default_factory=dict)
 
 
 class ParamDiff(Wire):
@@ -376,10 +378,14 @@ class ParamDiff(Wire):
 
 
 class Comparison(Wire):
+    """``curve_metric``: the curve shown first: the primary metric when a side has more
+    than its final value, else the metric logged most often (by either side)."""
+
     metric: str
     left: ComparedRound
     right: ComparedRound
     params: list[ParamDiff] = msgspec.field(default_factory=list)
+    curve_metric: str = ""
 
 
 class SessionAnalysis(Wire):

@@ -174,11 +174,21 @@ def test_the_plotted_rounds_axes_and_failed_rounds(tmp_path: Path, spec: Project
 def test_comparing_two_rounds_diffs_params_and_overlays_curves(tmp_path: Path) -> None:
     session, rounds = store_rounds(tmp_path)
     by = {r.index: r for r in rounds}
-    curve = [(1.0, 2.0), (2.0, float("nan")), (3.0, 1.5)]
-    left = analysis.compared_round(session.id, by[2], curve)
-    right = analysis.compared_round(session.id, by[1], [(1.0, 2.5)])
+    points = [("val_loss", 2.0, 1, 1), ("val_loss", float("nan"), 2, 2), ("val_loss", 1.5, None, 3)]
+    points += [("loss", 3.0 - i / 1000, i, 10 + i) for i in range(1000)]
+    left = analysis.compared_round(session.id, by[2], points)
+    right = analysis.compared_round(session.id, by[1], [("val_loss", 2.5, None, 7)])
     c = analysis.compare(left, right, "val_loss")
-    assert left.curve == [(1.0, 2.0), (3.0, 1.5)], "a non-finite point is not drawn"
+    assert left.curves["val_loss"] == [(1.0, 2.0), (3.0, 1.5)], "a non-finite point is not drawn"
+    loss = left.curves["loss"]
+    assert len(loss) <= analysis.MAX_CURVE_POINTS + 1 and loss[-1] == (999.0, 3.0 - 0.999)
+    assert c.curve_metric == "val_loss"  # a side has more than its final value
+    only_final = analysis.compare(
+        analysis.compared_round(session.id, by[2], [("val_loss", 1.5, None, 9), *points[3:]]),
+        right,
+        "val_loss",
+    )
+    assert only_final.curve_metric == "loss"
     changed = {d.name: (d.left, d.right) for d in c.params if d.changed}
     assert changed == {"lr": (0.003, 0.001)}
     assert [d.name for d in c.params] == ["lr", "weight_decay", "batch_size"]
