@@ -12,6 +12,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,9 +40,9 @@ def shot(panel: Locator, name: str) -> None:
     panel.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
-def call(page: Page, method: str, params: dict[str, object]) -> dict[str, object]:
-    """A registry method from the page's origin (its access cookie), as the page calls it."""
-    result = page.evaluate(
+def answer(page: Page, method: str, params: dict[str, object]) -> dict[str, Any]:
+    """A registry method's JSON answer from the page's origin (its access cookie)."""
+    body = page.evaluate(
         """async ([name, params]) => {
           const r = await fetch(`/api/tools/${name}`, {method: "POST",
             headers: {"Content-Type": "application/json"}, body: JSON.stringify(params)});
@@ -49,8 +50,15 @@ def call(page: Page, method: str, params: dict[str, object]) -> dict[str, object
         }""",
         [method, params],
     )
-    assert "result" in result, result
-    return dict(result["result"])
+    assert isinstance(body, dict), body
+    return body
+
+
+def call(page: Page, method: str, params: dict[str, object]) -> dict[str, Any]:
+    """A registry method's result, as the page calls it."""
+    body = answer(page, method, params)
+    assert "result" in body, body
+    return dict(body["result"])
 
 
 def test_analysis_views_update_live_and_compare_two_sessions(
@@ -175,4 +183,14 @@ def test_analysis_views_update_live_and_compare_two_sessions(
     rows = table.locator("tr.changed").evaluate_all("rs => rs.map(r => r.dataset.name)")
     assert rows == changed, (rows, json.dumps(comparison))
     shot(panel, "analysis-5-compare-sessions")
+    # a round or session that does not exist: a clear error naming it, nothing else
+    for params, words in (
+        ({"left_round": 99}, "session-0001 has no round 99"),
+        ({"right_session": "session-0009"}, "session-0009"),
+        ({"right_round": "round-x"}, "right_round"),
+    ):
+        bad = answer(
+            page, "session_analysis", {"project_root": root, "session": "session-0001", **params}
+        )
+        assert "error" in bad and words in json.dumps(bad["error"]), bad
     assert w.errors == []
