@@ -51,6 +51,7 @@ __all__ = [
     "compare",
     "compared_round",
     "fit_value",
+    "is_complete",
     "load_optuna",
     "optuna_available",
     "param_importances",
@@ -178,7 +179,8 @@ def fit_value(value: Any, d: BaseDistribution) -> tuple[bool, Any]:
     return False, None
 
 
-def _complete(metric: float | None, status: str) -> bool:
+def is_complete(metric: float | None, status: str) -> bool:
+    """A result optimizers and importance learn from: completed with a finite metric."""
     return status == RoundStatus.COMPLETED and metric is not None and math.isfinite(metric)
 
 
@@ -220,7 +222,7 @@ def _importances(
     space = search_space(tunables)
     if not space:
         return ParamImportance(available=False, evaluator=EVALUATOR, note=NO_SPACE)
-    if sum(_complete(m, s) for _, m, s in kept) < 2:
+    if sum(is_complete(m, s) for _, m, s in kept) < 2:
         return ParamImportance(available=False, evaluator=EVALUATOR, note=NEEDS_TWO)
     with quiet_optuna():
         try:
@@ -245,7 +247,7 @@ def _study(
             ok, value = fit_value(params.get(name), d)
             if ok:
                 values[name], dists[name] = value, d
-        complete = _complete(metric, status)
+        complete = is_complete(metric, status)
         study.add_trial(
             opt.trial.create_trial(
                 params=values,

@@ -16,7 +16,6 @@ their parameters and are left out.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ import anyio.to_thread
 
 from trainee.research.analysis import fit_value as _fit
 from trainee.research.analysis import (
+    is_complete,
     load_optuna,
     optuna_available,
     param_importances,
@@ -415,7 +415,7 @@ def _tell_infeasible(
 
 
 def _is_complete(point: KnownPoint) -> bool:
-    return point.status == "completed" and point.metric is not None and math.isfinite(point.metric)
+    return is_complete(point.metric, point.status)
 
 
 def _finished_count(study: optuna.Study) -> int:
