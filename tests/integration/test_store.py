@@ -863,6 +863,8 @@ def test_exports_from_the_store_never_contain_the_session_env(tmp_path: Path) ->
     assert written == [
         "report.md",
         "report_chart.svg",
+        "report_parallel.svg",
+        "report_slices.svg",
         "research_state.json",
         "result_ledger.csv",
         "result_ledger.jsonl",
