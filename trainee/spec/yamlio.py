@@ -16,6 +16,7 @@ import math
 import os
 import re
 import tempfile
+import warnings
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any, Literal
 import msgspec
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError, YAMLWarning
 from ruamel.yaml.events import AliasEvent
 from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.representer import RoundTripRepresenter
@@ -837,6 +838,13 @@ def _yaml(indent: tuple[int, int, int] = (2, 4, 2), explicit_start: bool = False
 
 def _parse_yaml(text: str, file: str, allow_aliases: bool) -> Any:
     yaml = _yaml()
+    with warnings.catch_warnings():
+        # ruamel only warns of some mistakes (an anchor defined twice): an error here
+        warnings.simplefilter("error", YAMLWarning)
+        return _parse_yaml_strict(yaml, text, file, allow_aliases)
+
+
+def _parse_yaml_strict(yaml: Any, text: str, file: str, allow_aliases: bool) -> Any:
     try:
         if not allow_aliases and "*" in text:  # no "*", no alias: skip the extra pass
             for event in yaml.parse(text):
@@ -866,6 +874,11 @@ def _parse_yaml(text: str, file: str, allow_aliases: bool) -> Any:
         ) from None
     except RecursionError:
         raise config_error(file, None, "", "invalid YAML: nested too deeply") from None
+    except YAMLWarning as exc:
+        first = str(exc).strip().splitlines()
+        found = re.search(r"second occurrence.*?line (\d+)", str(exc), re.S)
+        line = int(found.group(1)) if found else None
+        raise config_error(file, line, "", f"invalid YAML: {first[0] if first else exc}") from None
     except (YAMLError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         raise config_error(file, None, "", f"invalid YAML: {exc}") from None
 

@@ -184,3 +184,9 @@ def test_new_floats_are_written_so_yaml_1_1_readers_see_floats(value: float) -> 
     written = text.split(":", 1)[1].split("#")[0].strip()
     assert re.match(YAML11_FLOAT, written), written
     assert YamlDocument.from_text(text).get("lr") == value
+
+
+def test_an_anchor_defined_twice_is_a_config_error_naming_the_line() -> None:
+    """ruamel only warns of it: the loader makes it an error (found by the property test)."""
+    with pytest.raises(ConfigError, match=r"p\.yaml:2: invalid YAML: found duplicate anchor 'a'"):
+        YamlDocument.from_text("version: 1\n&a run: &a 1\n", path="p.yaml")
