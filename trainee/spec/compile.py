@@ -22,11 +22,13 @@ import msgspec
 from trainee.errors import ConfigError
 from trainee.spec.constraints import Constraint, parse_constraint, unknown_name_reason
 from trainee.spec.files import (
+    BUILTIN_METRICS,
     AdvancedSpec,
     ConfigStyle,
     DataSpec,
     DecisionSpec,
     FieldPath,
+    HalvingRule,
     IntegrationsSpec,
     LaunchSpec,
     LineMap,
@@ -36,10 +38,12 @@ from trainee.spec.files import (
     OutputSpec,
     ParamSpec,
     ParamType,
+    PatienceRule,
     ProjectFileSpec,
     RunSpec,
     SecurityMode,
     SignalType,
+    ThresholdRule,
     TuningFileSpec,
     Value,
     config_error,
@@ -309,6 +313,7 @@ class _Compiler:
         self._check_data()
         self._check_output()
         self._check_metrics()
+        self._check_prune()
         self._check_advanced()
         self._check_integrations()
         tunables = self._check_params()
@@ -541,6 +546,51 @@ class _Compiler:
                 )
                 raise self.fail(
                     self.psrc, (*base, "path"), f"not used by source {source}{hint}; remove it"
+                )
+
+    def _check_prune(self) -> None:
+        prune = self.project.run.prune
+        if prune is None:
+            return
+        specs = self.project.metrics.specs
+        names = [m.name for m in specs] if specs else list(BUILTIN_METRICS)
+        for i, rule in enumerate(prune.rules):
+            base: FieldPath = ("run", "prune", "rules", i)
+            if rule.metric is not None and rule.metric not in names:
+                known = ", ".join(names)
+                where = "metrics.specs" if specs else "the built-in metrics (no metrics.specs)"
+                raise self.fail(
+                    self.psrc,
+                    (*base, "metric"),
+                    f"'{rule.metric}' is not a metric of {where}; one of {known}",
+                )
+            if isinstance(rule, ThresholdRule):
+                for key in ("above", "below"):
+                    bound = getattr(rule, key)
+                    if bound is not None and not math.isfinite(bound):
+                        raise self.fail(
+                            self.psrc, (*base, key), f"must be a finite number, got {bound}"
+                        )
+                if rule.above is not None and rule.below is not None and rule.below >= rule.above:
+                    raise self.fail(
+                        self.psrc,
+                        (*base, "below"),
+                        f"must be less than above ({rule.above}), got {rule.below}: "
+                        "every value would be pruned",
+                    )
+            elif isinstance(rule, PatienceRule) and not math.isfinite(rule.min_delta):
+                raise self.fail(
+                    self.psrc,
+                    (*base, "min_delta"),
+                    f"must be a finite number, got {rule.min_delta}",
+                )
+            elif isinstance(rule, HalvingRule) and any(
+                b <= a for a, b in zip(rule.rungs, rule.rungs[1:], strict=False)
+            ):
+                raise self.fail(
+                    self.psrc,
+                    (*base, "rungs"),
+                    f"must be increasing steps, got {list(rule.rungs)}",
                 )
 
     def _check_regex(self, where: FieldPath, pattern: str) -> None:

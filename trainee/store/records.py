@@ -41,6 +41,7 @@ ROUND_STATUSES = frozenset(
         "failed",
         "timed_out",
         "stopped",
+        "pruned",
         "lost",
     }
 )
