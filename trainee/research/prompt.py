@@ -31,6 +31,7 @@ from trainee.research.state import (
 from trainee.research.text import truncate
 from trainee.spec import ParamType, TunableSpec
 from trainee.spec.constraints import Constraint
+from trainee.states import RoundStatus
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -380,6 +381,8 @@ def _best(state: ResearchState) -> str:
 
 
 def _status(r: RoundSummary) -> str:
+    if r.status == RoundStatus.PRUNED and r.error:
+        return _cell(r.error, 240)  # "pruned: median rule: val_loss 0.91 at step 20 ..."
     kind = failure_kind(r.failure_tail) if r.status in ("failed", "timed_out") else None
     return f"{r.status}: {kind}" if kind else r.status
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import msgspec
 
+from trainee.states import RoundStatus
+
 __all__ = [
     "FALLBACK_METRICS",
     "GOALS",
@@ -71,6 +73,8 @@ class RoundSummary(msgspec.Struct, kw_only=True):
     verdict_reason: str
     duration_sec: float | None
     failure_tail: list[str]
+    error: str = ""
+    """Why the round ended early: a prune's reason (``pruned: median rule: ...``)."""
 
 
 class RecentRound(msgspec.Struct, kw_only=True):
@@ -321,6 +325,8 @@ def _resolve_metric(primary: str | None, summary: RoundSummary) -> tuple[str | N
 
 def _failure_reason(summary: RoundSummary, primary: str | None, metric: float | None) -> str:
     status = summary.status
+    if status == RoundStatus.PRUNED:
+        return summary.error or status
     kind = failure_kind(summary.failure_tail)
     if status == "completed":
         if metric is not None and not math.isfinite(metric):

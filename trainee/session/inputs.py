@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from trainee.research.prune import pruned_reason
 from trainee.research.state import (
     DecisionBudget,
     ResearchState,
@@ -23,6 +24,7 @@ from trainee.research.state import (
 )
 from trainee.session.policy import Policy
 from trainee.spec import ProjectSpec, min_rounds_of
+from trainee.states import ROUND_FINISHED, RoundStatus
 from trainee.store.records import RoundRecord, SessionRecord
 
 __all__ = [
@@ -37,7 +39,7 @@ __all__ = [
     "round_summary",
 ]
 
-FINISHED = frozenset({"completed", "completed_without_metrics", "failed", "timed_out", "stopped"})
+FINISHED: frozenset[str] = frozenset(ROUND_FINISHED)
 """Round statuses after which nothing changes (a re-run round starts again as pending)."""
 
 
@@ -65,6 +67,7 @@ def round_summary(r: RoundRecord) -> RoundSummary:
         verdict_reason="",
         duration_sec=(r.ended_at - r.started_at) if r.ended_at and r.started_at else None,
         failure_tail=r.failure_tail,
+        error=pruned_reason(r.warnings) if r.status == RoundStatus.PRUNED else "",
     )
 
 

@@ -42,6 +42,7 @@ from trainee.research.state import ResearchState, format_metric
 from trainee.session.policy import Proposal, round_sig, sample_point, seeded_rng
 from trainee.spec import ParamType, TunableSpec
 from trainee.spec.constraints import Constraint
+from trainee.states import RoundStatus
 
 if TYPE_CHECKING:
     import optuna
@@ -421,6 +422,9 @@ class TpePolicy:
                     state=opt.trial.TrialState.COMPLETE
                     if complete
                     else opt.trial.TrialState.PRUNED,
+                    # a round pruned by run.prune: its last value, as Optuna's own pruned
+                    # trials carry (TPE ranks those above failures without a value)
+                    intermediate_values=_pruned_value(point),
                     user_attrs={"status": point.status},
                 )
             )
@@ -480,6 +484,13 @@ def _tell_infeasible(
     for i in range(n):
         trial.set_constraint(f"constraints[{i}]", 1.0 if f"constraints[{i}]" in broken else 0.0)
     study.tell(trial, state=TrialState.PRUNED)
+
+
+def _pruned_value(point: KnownPoint) -> dict[int, float] | None:
+    """``{0: its last value}`` for a round pruned by ``run.prune``; None otherwise."""
+    if point.status != RoundStatus.PRUNED or point.metric is None:
+        return None
+    return {0: float(point.metric)} if math.isfinite(point.metric) else None
 
 
 def _is_complete(point: KnownPoint) -> bool:

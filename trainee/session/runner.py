@@ -63,8 +63,10 @@ from trainee.session.inputs import (
     rebuild_state,
 )
 from trainee.session.policy import Policy, Proposal, full_params, propose_batch
+from trainee.session.pruning import RoundPruning
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec.wire import Event
+from trainee.states import RoundStatus
 from trainee.store.db import Store
 from trainee.store.export import write_ledgers, write_report, write_research_state
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord
@@ -834,6 +836,7 @@ class SessionRunner:
         tail_lines: list[str] = []
         last_activity = time.time()
         last_save = 0.0
+        pruning = await RoundPruning.start(self.store, spec, self.record.index, rec)
 
         async def on_batch(lines: list[Line]) -> None:
             nonlocal last_activity, last_save
@@ -870,6 +873,8 @@ class SessionRunner:
                 rows = [(p.name, p.value, p.step, p.seq) for p in points]
                 await self.store.add_points(self.record.index, rec.index, rows)
                 self.emit("metric", {"round": rec.index, "points": rows[-500:]})
+            if pruning is not None and by_file:
+                pruning.feed(points, extractor.nonfinite())
             now = time.time()
             if now - last_save >= OFFSET_SAVE_INTERVAL:
                 last_save = now
@@ -939,6 +944,8 @@ class SessionRunner:
                     rows = [(p.name, p.value, p.step, p.seq) for p in points]
                     await self.store.add_points(self.record.index, rec.index, rows)
                     self.emit("metric", {"round": rec.index, "points": rows[-500:]})
+                if pruning is not None:
+                    pruning.feed(points, extractor.nonfinite())
 
         try:
             async with anyio.create_task_group() as tg:
@@ -948,6 +955,12 @@ class SessionRunner:
                     tg.start_soon(watch_signals)
                 if extractor.polled:
                     tg.start_soon(poll_metric_files)
+                if pruning is not None:
+                    tg.start_soon(
+                        pruning.stop_when_pruned,
+                        functools.partial(backend.cancel, ref, job, reason="stopped"),
+                        f"{self.record.id} round {rec.index}",
+                    )
                 exit_info = await backend.wait(ref, job, on_state=on_state)
                 stop_tail.set()
                 # the tailer drains every file to its end after ``stop``, then returns
@@ -981,6 +994,15 @@ class SessionRunner:
             )
         metrics = extractor.result()
         status = _status_of(exit_info, metrics.missing_required)
+        # stopped because a run.prune rule said so (not by the user): pruned, with the reason
+        pruned = pruning.decision if pruning is not None else None
+        if (
+            pruned is not None
+            and status == RoundStatus.STOPPED
+            and not self.control.stop_requested.is_set()
+        ):
+            status = RoundStatus.PRUNED
+            exit_info = msgspec.structs.replace(exit_info, error=pruned.error)
         warnings = [w.message for w in metrics.warnings]
         if exit_info.error and status != "completed":
             warnings.insert(0, exit_info.error)
@@ -1000,6 +1022,7 @@ class SessionRunner:
             verdict_reason="",
             duration_sec=exit_info.duration_sec,
             failure_tail=failure_tail,
+            error=(exit_info.error or "") if status == RoundStatus.PRUNED else "",
         )
         assert self.state is not None
         self.state, judged = record_round(self.state, summary)

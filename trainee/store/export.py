@@ -21,6 +21,8 @@ from xml.sax.saxutils import escape
 
 import msgspec
 
+from trainee.research.prune import pruned_reason
+from trainee.states import RoundStatus
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord, to_builtins
 
 __all__ = [
@@ -383,9 +385,22 @@ def render_report(
         lines += ["No round has reported the metric yet.", ""]
 
     lines += _round_table(ordered, metric_name, baseline, best)
+    lines += _pruned_lines(ordered)
     if decisions:
         lines += _decision_table(decisions)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _pruned_lines(rounds: Sequence[RoundRecord]) -> list[str]:
+    """One line per round a ``run.prune`` rule stopped early: the rule and the comparison."""
+    pruned = [r for r in rounds if r.status == RoundStatus.PRUNED]
+    if not pruned:
+        return []
+    lines = ["## Pruned rounds", ""]
+    for r in pruned:
+        reason = pruned_reason(r.warnings) or "pruned"
+        lines.append(f"- Round {r.index}: {_md(reason)}")
+    return [*lines, ""]
 
 
 def _backend_line(rounds: Sequence[RoundRecord]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
 import pytest
 
 from trainee.research.prompt import (
@@ -350,3 +351,20 @@ def test_journal_empty_and_tiny_limit() -> None:
     text = journal_section([store_entry(1), store_entry(2)], limit_chars=120)
     assert len(text) <= 120
     assert "[... truncated" in text and "[... 1 older sessions omitted]" in text
+
+
+def test_a_pruned_round_shows_the_llm_its_reason() -> None:
+    reason = "pruned: patience rule: val_loss not improved for 3 steps (best 0.5 at step 2)"
+    state = new_state("val_loss", "min")
+    for r in (
+        summary(1, metric=0.3),
+        msgspec.structs.replace(
+            summary(2, "pruned", 0.5, params={**BASELINE, "lr": 0.5}, diff={"lr": "x"}),
+            error=reason,
+        ),
+    ):
+        state, _ = record_round(state, r)
+    user = user_of(build_messages(PARTS, state, TUNABLES, baseline_params=BASELINE))
+    assert f"| 2 | {reason} | 0.5 | rejected |" in user
+    rejected = user.split("## Rejected changes (do not repeat)")[1].split("## ")[0]
+    assert f"- round 2: {reason}" in rejected

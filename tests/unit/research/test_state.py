@@ -306,3 +306,14 @@ def test_bad_json_is_a_clear_value_error(data: bytes, match: str) -> None:
 )
 def test_failure_kind(tail: list[str], kind: str | None) -> None:
     assert failure_kind(tail) == kind
+
+
+def test_a_pruned_round_is_rejected_with_its_reason_and_never_the_best() -> None:
+    reason = "pruned: median rule: val_loss 0.9 at step 2 worse than the median 0.6 of 3 rounds"
+    pruned = msgspec.structs.replace(changed(2, 0.1, "pruned"), error=reason)
+    state, judged = run("min", [changed(1, 0.3), pruned])
+    assert judged[1].verdict == "rejected"
+    assert judged[1].verdict_reason.startswith(reason)
+    assert state.best is not None and state.best.index == 1  # its last value is not a result
+    assert state.rejected[-1]["reason"] == reason
+    assert [t["status"] for t in state.tried] == ["completed", "pruned"]
