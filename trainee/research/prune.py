@@ -26,6 +26,7 @@ at once: each rule names its metric, any rule may prune.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,10 +63,38 @@ Series = Mapping[str, Sequence[tuple[int, float]]]
 
 @dataclass(frozen=True)
 class Finished:
-    """A completed round's series, compared with by the median, percentile and halving rules."""
+    """A completed round's series, compared with by the median, percentile and halving
+    rules. Its best value up to a step is looked up in O(log n) (indexed once per metric),
+    so comparing with many long rounds at every batch of points stays cheap."""
 
     index: int
     series: Series
+    _index: dict[tuple[str, str], tuple[list[int], list[float]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def best_until(self, metric: str, step: int, goal: str) -> float | None:
+        """Its best finite value of ``metric`` at a step <= ``step``; None when none."""
+        steps, best = self._indexed(metric, goal)
+        i = bisect.bisect_right(steps, step)
+        return best[i - 1] if i else None
+
+    def last_step(self, metric: str) -> int | None:
+        """The largest step it reported ``metric`` at."""
+        steps = [s for s, _ in self.series.get(metric, ())]
+        return max(steps) if steps else None
+
+    def _indexed(self, metric: str, goal: str) -> tuple[list[int], list[float]]:
+        key = (metric, goal)
+        found = self._index.get(key)
+        if found is None:
+            points = sorted((s, v) for s, v in self.series.get(metric, ()) if math.isfinite(v))
+            best: list[float] = []
+            for _, v in points:
+                best.append(v if not best or _worse(best[-1], v, goal) else best[-1])
+            found = ([s for s, _ in points], best)
+            self._index[key] = found
+        return found
 
 
 @dataclass(frozen=True)
@@ -299,10 +328,11 @@ def _others_at(
     (``reached``: only those whose series got to ``step``)."""
     out: list[tuple[int, float]] = []
     for f in finished:
-        points = f.series.get(metric, ())
-        if not points or (reached and max(s for s, _ in points) < step):
-            continue
-        best = _best_until(points, step, goal)
+        if reached:
+            last = f.last_step(metric)
+            if last is None or last < step:
+                continue
+        best = f.best_until(metric, step, goal)
         if best is not None:
             out.append((f.index, best))
     return out

@@ -49,6 +49,9 @@ class RoundPruning:
         self.running: dict[str, list[tuple[int, float]]] = {}
         self.decision: PruneDecision | None = None
         self.requested = anyio.Event()
+        self.metrics = {rule.metric or primary for rule in spec.rules}
+        """The metrics the rules read: points of others never call the rules."""
+        self._nonfinite: set[str] = set()
 
     @classmethod
     async def start(
@@ -84,10 +87,17 @@ class RoundPruning:
         """Add the new points; the decision when a rule prunes the round now (once)."""
         if self.decision is not None:
             return None
+        changed = False
         for p in points:
-            self.running.setdefault(p.name, []).append(
-                (step_of(p.step, p.seq, self.spec.step), p.value)
-            )
+            if p.name in self.metrics:
+                self.running.setdefault(p.name, []).append(
+                    (step_of(p.step, p.seq, self.spec.step), p.value)
+                )
+                changed = True
+        bad = set(nonfinite) & self.metrics
+        if not changed and bad <= self._nonfinite:
+            return None  # nothing new for the rules
+        self._nonfinite |= bad
         decision = decide(
             self.spec,
             primary=self.primary,

@@ -180,3 +180,31 @@ def test_step_of_and_the_pruned_reason_of_error_texts() -> None:
     assert step_of(40, 3, "reports") == 4
     assert pruned_reason(["other", "pruned: median rule: x"]) == "pruned: median rule: x"
     assert pruned_reason(["exit code 1"]) == ""
+
+
+def test_a_finished_rounds_best_up_to_a_step_ignores_report_order_and_nan() -> None:
+    done = Finished(2, {"val_loss": [(3, 0.5), (1, 0.9), (2, float("nan")), (4, 0.7)]})
+    assert done.best_until("val_loss", 0, "min") is None
+    assert done.best_until("val_loss", 2, "min") == 0.9
+    assert done.best_until("val_loss", 3, "min") == 0.5
+    assert done.best_until("val_loss", 99, "max") == 0.9
+    assert done.last_step("val_loss") == 4 and done.last_step("acc") is None
+
+
+def test_the_round_pruning_feeds_only_the_ruled_metrics_and_decides_once() -> None:
+    from trainee.metrics.extract import MetricPoint
+    from trainee.session.pruning import RoundPruning
+
+    watch = RoundPruning(
+        spec({"rule": "threshold", "above": 5.0}, min_steps=1),
+        primary="val_loss",
+        goals={"val_loss": "min"},
+        finished=[],
+    )
+    assert watch.feed([MetricPoint("lr", 99.0, 1, 0, "stdout_regex")], {}) is None
+    assert "lr" not in watch.running  # not a ruled metric: never held
+    assert watch.feed([MetricPoint("val_loss", 1.0, 1, 0, "stdout_regex")], {}) is None
+    got = watch.feed([MetricPoint("val_loss", 9.0, 2, 1, "stdout_regex")], {})
+    assert got is not None and got.step == 2 and watch.requested.is_set()
+    assert watch.decision is got
+    assert watch.feed([MetricPoint("val_loss", 99.0, 3, 2, "stdout_regex")], {}) is None
