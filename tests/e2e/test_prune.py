@@ -26,6 +26,7 @@ from tests.conftest import REPO, Daemon, _kill_leftover_daemons, scaled, venv_en
 from tests.e2e.test_loop import (
     artifacts,
     assert_no_training_left,
+    loop_get,
     read_ledgers,
     wait_finished,
 )
@@ -62,16 +63,20 @@ def project_with(tmp_path: Path, prune: dict[str, Any]) -> Path:
     return project
 
 
-def drive(daemon: Daemon, project: Path, plans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Start an external session of 1 + len(plans) rounds, run the plans one by one;
-    each round's result (the baseline's first)."""
+def drive(
+    daemon: Daemon, project: Path, plans: list[dict[str, Any]], *, own: int = 1
+) -> list[dict[str, Any]]:
+    """Start an external session of ``own`` + len(plans) rounds, wait for the ``own``
+    rounds the session runs by itself (the baseline...), then run the plans one by one;
+    each round's result."""
     root = str(project)
     results = []
     with RpcClient(daemon.socket, timeout=scaled(120)) as rpc:
         start = {"project_root": root, "policy": "external", "security_mode": "unsafe"}
-        session = rpc.call("loop_start", {**start, "max_rounds": 1 + len(plans)})["session"]
-        first = {"session": session, "round": 1, "project_root": root, "wait": True}
-        results.append(rpc.call("round_result", first))
+        session = rpc.call("loop_start", {**start, "max_rounds": own + len(plans)})["session"]
+        for index in range(1, own + 1):
+            first = {"session": session, "round": index, "project_root": root, "wait": True}
+            results.append(rpc.call("round_result", first))
         for params in plans:
             plan = {
                 "session": session,
@@ -194,4 +199,52 @@ def test_a_median_prune_after_warm_up_rounds(daemon: Daemon, tmp_path: Path) -> 
     assert rounds[4]["warnings"] == [] or not rounds[4]["warnings"][0].startswith("pruned")
     # the pruned round used up the budget (max_rounds 4 reached), unlike a user stop
     assert len(rounds) == 4
+    assert_no_training_left(project)
+
+
+def test_a_noisy_win_does_not_become_the_best(daemon: Daemon, tmp_path: Path) -> None:
+    """run.noise: the baseline on three seeds measures the floor (the seed moves the
+    final loss by up to 0.02 here); a lucky seed and a gain within the floor stay
+    neutral, a gain well above it is the new best."""
+    project = tmp_path / "prunable"
+    shutil.copytree(FIXTURE, project)
+    path = project / ".trainee" / "project.yaml"
+    doc = yaml.safe_load(path.read_text())
+    del doc["run"]["prune"]
+    doc["run"]["noise"] = {"seed": "seed", "repeats": 3}
+    doc["launch"]["args"] = [{"flag": "--noise", "value": 0.02}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    # the seed alone: seeds 0, 1, 2 end at 0.0638, 0.0354, 0.0682 (floor 0.0178)
+    results = drive(
+        daemon,
+        project,
+        [
+            {"seed": 3},  # ends at 0.0395: better than the baseline, but only the seed changed
+            {"floor": 0.04},  # 0.0538: better by 0.01, within the floor
+            {"floor": 0.0},  # 0.0138: better by 0.05, a real gain
+        ],
+        own=3,
+    )
+    # rounds 2 and 3 were the baseline on seeds 1 and 2, run before any plan
+    rounds = {
+        r["index"]: r for r in wait_finished(daemon.env, project, timeout=scaled(60))["rounds"]
+    }
+    assert [rounds[i]["params"]["seed"] for i in (1, 2, 3)] == [0, 1, 2]
+    # seed 1 is better than the baseline: noise, not a new best
+    verdicts = ["baseline", "neutral", "neutral", "neutral", "neutral", "kept"]
+    assert [r["verdict"] for r in results] == verdicts
+    state = loop_get(daemon.env, project)
+    assert state["session"]["best_round"] == 6
+    assert results[3]["verdict_reason"].startswith(
+        "the baseline's configuration on another seed: val_loss 0.0395186; "
+        "val_loss 0.0517279 ± 0.016677 over 4 seeds of the baseline (rounds 1, 2, 3, 4)"
+    )
+    assert (
+        "within the noise floor 0.016677 (4 seeds of the baseline): not a new best"
+        in (results[4]["verdict_reason"])
+    )
+    report = (artifacts(project) / "report.md").read_text()
+    assert "- **Seed noise:** val_loss 0.0517279 ± 0.016677 over 4 seeds" in report
+    research = json.loads((artifacts(project) / "research_state.json").read_text())
+    assert research["noise"]["rounds"] == [1, 2, 3, 4]
     assert_no_training_left(project)

@@ -21,6 +21,7 @@ SECTIONS: dict[str, type[msgspec.Struct]] = {
     "run": files.RunSpec,
     "run.limits": files.LimitsSpec,
     "run.prune": files.PruneSpec,
+    "run.noise": files.NoiseSpec,
     "output": files.OutputSpec,
     "metrics": files.MetricsSpec,
     "metrics.specs[]": files.MetricSpec,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from trainee.research.prune import pruned_reason
 from trainee.research.state import (
     DecisionBudget,
+    NoiseFloor,
     ResearchState,
     RoundSummary,
     new_state,
@@ -75,7 +76,12 @@ def rebuild_state(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> ResearchS
     """The research state after the finished ``rounds`` (in order), for ``spec``'s metric."""
     primary = spec.metrics.specs[0].name if spec.metrics.specs else None
     goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
-    state = new_state(primary, goal)
+    noise = spec.run.noise
+    state = new_state(
+        primary,
+        goal,
+        noise=NoiseFloor(seed=noise.seed, margin=noise.margin) if noise is not None else None,
+    )
     for r in rounds:
         if r.status in FINISHED:
             state, _ = record_round(state, round_summary(r))

@@ -58,9 +58,12 @@ class RoundPruning:
         cls, store: Store, spec: ProjectSpec, session: int, rec: RoundRecord
     ) -> RoundPruning | None:
         """The pruning of round ``rec``, with the completed rounds' series from the store;
-        None without ``run.prune`` and for the baseline (nothing to compare it with)."""
-        prune = spec.run.prune
-        if prune is None or (rec.batch == 0 and not rec.diff):
+        None without ``run.prune``, for the baseline (nothing to compare it with) and for
+        its runs on other seeds (``run.noise``: they measure the noise floor)."""
+        prune, noise = spec.run.prune, spec.run.noise
+        if prune is None or not rec.diff:
+            return None
+        if noise is not None and set(rec.diff) <= {noise.seed}:
             return None
         rounds = await store.list_rounds(session)
         done = {

@@ -48,6 +48,7 @@ from trainee.research.decision import params_diff
 from trainee.research.state import (
     ResearchState,
     RoundSummary,
+    noise_repeats,
     record_round,
     state_to_json,
 )
@@ -262,6 +263,10 @@ class SessionRunner:
             if not any(not r.diff and r.status not in _NO_BASELINE for r in done):
                 plans = [(None, dict(baseline_params))]
                 step = 0
+            elif repeats := self._noise_repeats(spec, done, baseline_params):
+                # run.noise: the baseline's configuration on other seeds, before any change
+                step = max((r.batch for r in done), default=0) + 1
+                plans = [(None, p) for p in repeats]
             else:
                 step = max((r.batch for r in done), default=0) + 1
                 slots = decision_slots(spec, self.record, done)
@@ -431,6 +436,19 @@ class SessionRunner:
         if budgets.max_usd is not None and self.record.cost_usd >= budgets.max_usd:
             return "budget_usd"
         return None
+
+    def _noise_repeats(
+        self, spec: ProjectSpec, done: list[RoundRecord], baseline: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The next step's runs of the baseline on other seeds (``run.noise``), at most
+        ``run.parallel`` and what the budget of rounds leaves."""
+        noise = spec.run.noise
+        if noise is None:
+            return []
+        todo = noise_repeats(
+            noise.seed, noise.repeats, baseline, [(r.params, r.status) for r in done]
+        )
+        return todo[: decision_slots(spec, self.record, done)]
 
     def _observe(self, policy: Policy, summary: RoundSummary) -> None:
         if summary.index > 1:
@@ -1094,6 +1112,9 @@ class SessionRunner:
                     metric_name=metric or "metric",
                     goal=goal,
                     decisions=decisions,
+                    noise=state.noise.describe(metric or "metric")
+                    if state and state.noise
+                    else None,
                 )
 
         await anyio.to_thread.run_sync(write)

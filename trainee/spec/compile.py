@@ -317,6 +317,7 @@ class _Compiler:
         self._check_advanced()
         self._check_integrations()
         tunables = self._check_params()
+        self._check_noise(tunables)
         constraints = self._check_constraints(tunables)
         return ProjectSpec(
             project_root=str(self.root),
@@ -592,6 +593,36 @@ class _Compiler:
                     (*base, "rungs"),
                     f"must be increasing steps, got {list(rule.rungs)}",
                 )
+
+    def _check_noise(self, tunables: tuple[TunableSpec, ...]) -> None:
+        noise = self.project.run.noise
+        if noise is None:
+            return
+        where: FieldPath = ("run", "noise", "seed")
+        found = next((t for t in tunables if t.name == noise.seed), None)
+        if found is None:
+            names = ", ".join(t.name for t in tunables) or "none"
+            raise self.fail(
+                self.psrc,
+                where,
+                f"'{noise.seed}' is not a param of tuning.yaml (params: {names}); declare the "
+                "seed option there (type int) so its rounds can be repeated on other seeds",
+            )
+        if found.type != ParamType.INT or not isinstance(found.baseline, int):
+            raise self.fail(
+                self.psrc,
+                where,
+                f"the param '{noise.seed}' must be of type int with a default (the baseline's "
+                f"seed), got type {found.type} default {found.baseline!r}",
+            )
+        last = found.baseline + noise.repeats - 1
+        if found.max_value is not None and last > found.max_value:
+            raise self.fail(
+                self.psrc,
+                ("run", "noise", "repeats"),
+                f"{noise.repeats} seeds from the baseline's {found.baseline} need '{noise.seed}' "
+                f"up to {last}, above its max_value {found.max_value}",
+            )
 
     def _check_regex(self, where: FieldPath, pattern: str) -> None:
         try:

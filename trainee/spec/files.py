@@ -39,6 +39,7 @@ __all__ = [
     "MetricSpec",
     "MetricsSpec",
     "MlflowSpec",
+    "NoiseSpec",
     "NotifyEvent",
     "NotifySpec",
     "OutputSpec",
@@ -306,6 +307,18 @@ class PruneSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     warmup_rounds: Annotated[int, Meta(ge=1)] = 2
 
 
+class NoiseSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``run.noise`` (opt-in): how much the seed alone moves the primary metric. Right
+    after the baseline, its configuration runs again on ``repeats - 1`` other values of
+    the ``seed`` tunable (the baseline's + 1, + 2...); ``margin`` times the spread
+    (sample standard deviation) of those results is the noise floor, and a change
+    becomes the new best only when it beats the best by more than the floor."""
+
+    seed: Name
+    repeats: Annotated[int, Meta(ge=2, le=10)] = 3
+    margin: Annotated[float, Meta(gt=0, le=100)] = 1.0
+
+
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``max_session_minutes``: a wall-time budget for the whole session (checked
     before each decision; a running round is never cut short by it)."""
@@ -319,6 +332,8 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     and runs them together on the backend (budgets still count rounds)."""
     limits: LimitsSpec = msgspec.field(default_factory=LimitsSpec)
     prune: PruneSpec | None = None
+    noise: NoiseSpec | None = None
+    """Noise-aware acceptance of a new best (see :class:`NoiseSpec`)."""
     """Early stopping of losing rounds (see :class:`PruneSpec`); None: every round runs
     to its end."""
 

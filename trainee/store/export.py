@@ -318,6 +318,7 @@ def render_report(
     metric_name: str,
     goal: str,
     decisions: Sequence[DecisionRecord] | None = None,
+    noise: str | None = None,
 ) -> str:
     """The Markdown session report (links ``report_chart.svg`` when any round has a metric)."""
     goal = _check_goal(goal)
@@ -361,6 +362,8 @@ def render_report(
         lines.append(text)
     else:
         lines.append("- **Best:** none")
+    if noise:
+        lines.append(f"- **Seed noise:** {_md(noise)}")
     if session.error:
         lines.append(f"- **Error:** {_md(session.error)}")
     lines.append("")
@@ -701,11 +704,15 @@ def write_report(
     metric_name: str,
     goal: str,
     decisions: Sequence[DecisionRecord] | None = None,
+    noise: str | None = None,
 ) -> Path:
-    """Write ``report.md`` and, when any round has a metric, ``report_chart.svg`` beside it."""
+    """Write ``report.md`` and, when any round has a metric, ``report_chart.svg`` beside it.
+    ``noise``: the baseline's mean ± spread over seeds (``run.noise``), when measured."""
     ordered = _ordered(session, rounds)
     baseline, _ = _baseline_and_best(session, ordered, _check_goal(goal))
-    text = render_report(session, ordered, metric_name=metric_name, goal=goal, decisions=decisions)
+    text = render_report(
+        session, ordered, metric_name=metric_name, goal=goal, decisions=decisions, noise=noise
+    )
     svg = render_chart_svg(
         ordered,
         metric_name=metric_name,

@@ -760,6 +760,28 @@ CASES: list[Bad] = [
         ">= 1",
         MIN + "run:\n  prune:\n    warmup_rounds: 0  #<\n    rules: [{rule: median}]\n",
     ),
+    Bad(
+        "noise-seed-not-a-param",
+        "run.noise.seed",
+        "'seed' is not a param of tuning.yaml (params: lr); declare the seed option there",
+        MIN + "run:\n  noise:\n    seed: seed  #<\n",
+        tuning="version: 1\nparams:\n  - {name: lr, flag: --lr, type: float, default: 0.1}\n",
+    ),
+    Bad(
+        "noise-seed-not-int",
+        "run.noise.seed",
+        "the param 'lr' must be of type int with a default (the baseline's seed), got type float",
+        MIN + "run:\n  noise:\n    seed: lr  #<\n",
+        tuning="version: 1\nparams:\n  - {name: lr, flag: --lr, type: float, default: 0.1}\n",
+    ),
+    Bad(
+        "noise-seeds-past-max",
+        "run.noise.repeats",
+        "5 seeds from the baseline's 2 need 'seed' up to 6, above its max_value 4",
+        MIN + "run:\n  noise:\n    seed: seed\n    repeats: 5  #<\n",
+        tuning="version: 1\nparams:\n  - {name: seed, flag: --seed, type: int, default: 2, "
+        "min_value: 0, max_value: 4}\n",
+    ),
 ]
 
 
