@@ -383,6 +383,10 @@ def _best(state: ResearchState) -> str:
     return "\n".join(lines)
 
 
+_FAILED = (RoundStatus.FAILED, RoundStatus.TIMED_OUT)
+"""Round statuses whose log tail says what went wrong."""
+
+
 def _noise(state: ResearchState) -> str:
     """How much the seed alone moves the metric, and what that means for a new best."""
     noise = state.noise
@@ -400,7 +404,7 @@ def _noise(state: ResearchState) -> str:
 def _status(r: RoundSummary) -> str:
     if r.status == RoundStatus.PRUNED and r.error:
         return _cell(r.error, 240)  # "pruned: median rule: val_loss 0.91 at step 20 ..."
-    kind = failure_kind(r.failure_tail) if r.status in ("failed", "timed_out") else None
+    kind = failure_kind(r.failure_tail) if r.status in _FAILED else None
     return f"{r.status}: {kind}" if kind else r.status
 
 
@@ -539,7 +543,7 @@ def _duration(seconds: float) -> str:
 
 def _failure(state: ResearchState, max_lines: int) -> tuple[str, str] | None:
     """Heading and text of the last failed round's log tail, or None."""
-    failed = [r for r in state.rounds if r.status in ("failed", "timed_out") and r.failure_tail]
+    failed = [r for r in state.rounds if r.status in _FAILED and r.failure_tail]
     if not failed:
         return None
     r = max(failed, key=lambda x: x.index)

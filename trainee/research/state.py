@@ -168,7 +168,7 @@ def noise_repeats(
     ran = {
         params.get(seed)
         for params, status in done
-        if status != "stopped" and {k: v for k, v in params.items() if k != seed} == same
+        if status != RoundStatus.STOPPED and {k: v for k, v in params.items() if k != seed} == same
     }
     return [
         {**baseline, seed: base_seed + i} for i in range(1, repeats) if base_seed + i not in ran
@@ -257,9 +257,9 @@ def _record(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState,
     prediction, detail = NOT_CHECKABLE, ""
 
     verdict: str | None
-    if status == "stopped":
+    if status == RoundStatus.STOPPED:
         verdict, reason = None, "stopped before it finished; not judged"
-    elif status == "completed" and metric is not None and math.isfinite(metric):
+    elif status == RoundStatus.COMPLETED and metric is not None and math.isfinite(metric):
         prediction, detail = judge_expected(
             summary.expected,
             primary=primary,
@@ -352,7 +352,7 @@ def _record(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState,
         baseline = best = judged
     elif verdict == KEPT:
         best = judged
-    if status != "stopped":
+    if status != RoundStatus.STOPPED:
         tried.append(
             {
                 "round": summary.index,
@@ -423,10 +423,10 @@ def _failure_reason(summary: RoundSummary, primary: str | None, metric: float | 
     if status == RoundStatus.PRUNED:
         return summary.error or status
     kind = failure_kind(summary.failure_tail)
-    if status == "completed":
+    if status == RoundStatus.COMPLETED:
         if metric is not None and not math.isfinite(metric):
             return f"completed: {primary or 'metric'} is {metric} (nan/divergence)"
-        status = "completed_without_metrics"
+        status = RoundStatus.COMPLETED_WITHOUT_METRICS
         kind = kind or (f"no value for {primary}" if primary else "no metric")
     return f"{status}: {kind}" if kind else status
 

@@ -40,8 +40,9 @@ __all__ = [
     "round_summary",
 ]
 
-FINISHED: frozenset[str] = frozenset(ROUND_FINISHED)
-"""Round statuses after which nothing changes (a re-run round starts again as pending)."""
+FINISHED = ROUND_FINISHED
+"""trainee.states.ROUND_FINISHED under its old name (runner.py imports it; removed when the
+round helper lands)."""
 
 
 @dataclass
@@ -83,7 +84,7 @@ def rebuild_state(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> ResearchS
         noise=NoiseFloor(seed=noise.seed, margin=noise.margin) if noise is not None else None,
     )
     for r in rounds:
-        if r.status in FINISHED:
+        if r.status in ROUND_FINISHED:
             state, _ = record_round(state, round_summary(r))
     return state
 
@@ -91,13 +92,13 @@ def rebuild_state(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> ResearchS
 def observe_history(policy: Policy, rounds: Iterable[RoundRecord]) -> None:
     """Tell ``policy`` the results of the finished rounds after the baseline (resume)."""
     for r in rounds:
-        if r.status in FINISHED and r.index > 1:
+        if r.status in ROUND_FINISHED and r.index > 1:
             policy.observe(r.params, r.primary_metric, r.status)
 
 
 def counted_rounds(done: Iterable[RoundRecord]) -> int:
     """Rounds that use up the budget of rounds: finished, and not stopped by the user."""
-    return len([r for r in done if r.status in FINISHED and r.status != "stopped"])
+    return len([r for r in done if r.status in ROUND_FINISHED and r.status != RoundStatus.STOPPED])
 
 
 def budgets_of(spec: ProjectSpec) -> Budgets:
