@@ -38,6 +38,9 @@ class RoundStatus(enum.StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     STOPPED = "stopped"
+    PRUNED = "pruned"
+    """Stopped early by a ``run.prune`` rule (its reason in the round's error text,
+    ``pruned: ...``); used up the budget of rounds, unlike one the user stopped."""
 
 
 class SessionStatus(enum.StrEnum):
@@ -71,6 +74,7 @@ ROUND_FINISHED: frozenset[RoundStatus] = frozenset(
         RoundStatus.FAILED,
         RoundStatus.TIMED_OUT,
         RoundStatus.STOPPED,
+        RoundStatus.PRUNED,
     }
 )
 """A round in one of these states is over: its status is never written again."""

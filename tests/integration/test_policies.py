@@ -720,3 +720,31 @@ def test_the_benchmark_runs_end_to_end_on_both_examples(tmp_path: Path) -> None:
     titles = [t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}text")]
     assert any(t.startswith("mlp-flags: best val_loss so far") for t in titles)
     assert any(t.startswith("yaml-config: best val_loss so far") for t in titles)
+
+
+def test_tpe_is_told_a_pruned_round_as_pruned_with_its_last_value(spec: ProjectSpec) -> None:
+    """A round run.prune stopped is a PRUNED trial carrying its last value (Optuna's own
+    pruned trials do); a failed one is PRUNED without a value; completed ones COMPLETE."""
+    from optuna.trial import TrialState
+
+    from trainee.session.optuna_policy import search_space
+
+    base = {t.name: t.baseline for t in spec.tunables}
+    state = new_state("val_loss", "min")
+    first = RoundSummary(
+        index=1, status="completed", params=base, diff={}, metric=0.5, metrics={"val_loss": 0.5},
+        hypothesis="baseline", expected="", verdict=None, verdict_reason="", duration_sec=1.0,
+        failure_tail=[],
+    )  # fmt: skip
+    state, _ = record_round(state, first)
+    policy = TpePolicy(seed=3)
+    policy.observe(base, 0.9, "pruned")
+    policy.observe(base, None, "failed")
+    study = policy._study(state, search_space(spec.tunables), policy.known(state))
+    states = [(t.state, t.value, t.intermediate_values) for t in study.trials]
+    assert states == [
+        (TrialState.COMPLETE, 0.5, {}),
+        (TrialState.PRUNED, None, {0: 0.9}),
+        (TrialState.PRUNED, None, {}),
+    ]
+    assert study.trials[1].user_attrs["status"] == "pruned"

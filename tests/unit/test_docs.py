@@ -20,6 +20,8 @@ SECTIONS: dict[str, type[msgspec.Struct]] = {
     "launch": files.LaunchSpec,
     "run": files.RunSpec,
     "run.limits": files.LimitsSpec,
+    "run.prune": files.PruneSpec,
+    "run.noise": files.NoiseSpec,
     "output": files.OutputSpec,
     "metrics": files.MetricsSpec,
     "metrics.specs[]": files.MetricSpec,
@@ -89,3 +91,25 @@ def test_api_doc_is_current() -> None:
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_run_prune_worked_example_loads(tmp_path: Path) -> None:
+    import yaml  # type: ignore[import-untyped]
+
+    from trainee.spec import load_project
+
+    text = (REPO / "docs" / "configuration.md").read_text()
+    block = text.split("Worked example: a trainer printing")[1].split("```yaml")[1]
+    doc = yaml.safe_load(block.split("```")[0])
+    doc.update(version=1, launch={"command": ["python", "train.py"]})
+    (tmp_path / ".trainee").mkdir()
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / ".trainee" / "project.yaml").write_text(yaml.safe_dump(doc))
+    prune = load_project(tmp_path).run.prune
+    assert prune is not None
+    assert [type(r).__name__ for r in prune.rules] == [
+        "ThresholdRule",
+        "PatienceRule",
+        "MedianRule",
+        "HalvingRule",
+    ]

@@ -44,6 +44,9 @@ def test_the_rounds_transitions(old: R, new: R) -> None:
         (R.STOPPED, R.PENDING),
         (R.PENDING, R.COMPLETED),  # judged without running
         (R.TIMED_OUT, R.FAILED),
+        (R.PENDING, R.PRUNED),  # only a running round is pruned
+        (R.PRUNED, R.PENDING),  # a pruned round is over, never re-run
+        (R.PRUNED, R.COMPLETED),
     ],
 )
 def test_a_forbidden_round_change_names_both_states(old: R, new: R) -> None:
@@ -72,3 +75,10 @@ def test_every_stop_reason_has_a_session_status_and_clients_get_them_all() -> No
     assert states["round_statuses"] == [s.value for s in R]
     assert states["stop_reasons"]["user_stop"] == "stopped"  # type: ignore[index]
     assert set(states["round_finished"]) == {s.value for s in ROUND_FINISHED}  # type: ignore[arg-type]
+
+
+def test_a_pruned_round_is_finished_and_reached_only_from_running() -> None:
+    assert R.PRUNED.value == "pruned"
+    assert R.PRUNED in ROUND_FINISHED
+    check_round_transition(R.RUNNING, R.PRUNED)
+    assert "pruned" in published()["round_finished"]  # type: ignore[operator]

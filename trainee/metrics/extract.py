@@ -74,7 +74,7 @@ from trainee.errors import ConfigError, InvalidParams, InvalidState
 from trainee.metrics.csv_source import CsvReader
 from trainee.metrics.tb_source import TensorBoardReader
 from trainee.metrics.wandb_source import find_wandb_summary
-from trainee.spec.files import Goal, MetricSource, MetricSpec, job_path_base
+from trainee.spec.files import BUILTIN_METRICS, Goal, MetricSource, MetricSpec, job_path_base
 from trainee.spec.regexcheck import check_pattern
 
 __all__ = [
@@ -94,7 +94,6 @@ __all__ = [
     "primary_goal",
 ]
 
-BUILTIN_METRICS: tuple[str, str] = ("loss", "total_loss")
 DEFAULT_MAX_POINTS = 100_000
 WANDB_SUMMARY_LIMIT = 16 << 20
 """Bytes read at most from a W&B summary (a larger one is refused with a warning)."""
@@ -579,6 +578,11 @@ class Extractor:
         return out
 
     # -- result ------------------------------------------------------------------------------
+
+    def nonfinite(self) -> dict[str, str]:
+        """The metrics that had a NaN or infinite value so far (such values are never
+        points): name -> the first one as printed, ``'nan' at step 7``."""
+        return {s.name: s.first_nonfinite for s in self._series if s.nonfinite}
 
     def result(self) -> RoundMetrics:
         """A snapshot of finals, points, warnings, missing required metrics and the primary."""

@@ -151,6 +151,8 @@ def build_messages(
     add("metric", "Primary metric", _metric_line(state))
     add("baseline", "Baseline", _baseline(state))
     add("best", "Best so far", _best(state))
+    if state.noise is not None:
+        add("noise", "Noise floor (run.noise)", _noise(state))
     in_table = _in_table(state, lim.history_rounds)
     add("rounds", "Recent rounds", _history(state, lim.history_rounds), "tail")
     add("tried", "Tried changes", _tried(state, in_table), "tail")
@@ -224,6 +226,7 @@ _CUT_ORDER = (
     "constraints",
     "rejected",
     "search_space",
+    "noise",
     "baseline",
     "best",
 )
@@ -384,7 +387,23 @@ _FAILED = (RoundStatus.FAILED, RoundStatus.TIMED_OUT)
 """Round statuses whose log tail says what went wrong."""
 
 
+def _noise(state: ResearchState) -> str:
+    """How much the seed alone moves the metric, and what that means for a new best."""
+    noise = state.noise
+    assert noise is not None
+    lines = [f"{noise.describe(_metric_name(state))}."]
+    floor = noise.floor
+    if floor is not None:
+        lines.append(
+            f"A change becomes the new best only when it beats the best by more than "
+            f"{format_metric(floor)}; changing only '{noise.seed}' is never an improvement."
+        )
+    return "\n".join(lines)
+
+
 def _status(r: RoundSummary) -> str:
+    if r.status == RoundStatus.PRUNED and r.error:
+        return _cell(r.error, 240)  # "pruned: median rule: val_loss 0.91 at step 20 ..."
     kind = failure_kind(r.failure_tail) if r.status in _FAILED else None
     return f"{r.status}: {kind}" if kind else r.status
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -25,6 +27,7 @@ __all__ = [
     "GOALS",
     "RECENT_ROUNDS",
     "DecisionBudget",
+    "NoiseFloor",
     "RecentRound",
     "ResearchState",
     "RoundSummary",
@@ -33,6 +36,7 @@ __all__ = [
     "format_metric",
     "judge_expected",
     "new_state",
+    "noise_repeats",
     "record_round",
     "state_from_json",
     "state_to_json",
@@ -73,6 +77,8 @@ class RoundSummary(msgspec.Struct, kw_only=True):
     verdict_reason: str
     duration_sec: float | None
     failure_tail: list[str]
+    error: str = ""
+    """Why the round ended early: a prune's reason (``pruned: median rule: ...``)."""
 
 
 class RecentRound(msgspec.Struct, kw_only=True):
@@ -116,6 +122,59 @@ class DecisionBudget(msgspec.Struct, kw_only=True):
         )
 
 
+class NoiseFloor(msgspec.Struct, kw_only=True):
+    """``run.noise``: how much the primary metric moves with the seed alone. ``values``:
+    the baseline's configuration measured on each seed (``rounds``); ``floor`` is
+    ``margin`` times their sample standard deviation, once two are measured. A change
+    becomes the new best only when it beats the best by more than the floor."""
+
+    seed: str
+    margin: float = 1.0
+    values: list[float] = msgspec.field(default_factory=list)
+    rounds: list[int] = msgspec.field(default_factory=list)
+
+    @property
+    def floor(self) -> float | None:
+        if len(self.values) < 2:
+            return None
+        return self.margin * statistics.stdev(self.values)
+
+    def describe(self, name: str) -> str:
+        """``val_loss 0.412 ± 0.013 over 3 seeds of the baseline (rounds 1, 2, 3); noise floor 0.013``."""
+        if not self.values:
+            return f"not measured yet (the baseline's configuration on other '{self.seed}')"
+        mean = statistics.fmean(self.values)
+        spread = statistics.stdev(self.values) if len(self.values) > 1 else 0.0
+        rounds = ", ".join(str(i) for i in self.rounds)
+        text = (
+            f"{name} {format_metric(mean)} ± {format_metric(spread)} over {len(self.values)} "
+            f"seeds of the baseline (rounds {rounds})"
+        )
+        floor = self.floor
+        return text + (f"; noise floor {format_metric(floor)}" if floor is not None else "")
+
+
+def noise_repeats(
+    seed: str,
+    repeats: int,
+    baseline: Mapping[str, Any],
+    done: Sequence[tuple[Mapping[str, Any], str]],
+) -> list[dict[str, Any]]:
+    """The runs of the baseline's configuration on other seeds still to do (``run.noise``):
+    seeds baseline + 1 ... + ``repeats`` - 1, less those already run (``done``: every
+    round's params and status; a stopped one is run again)."""
+    base_seed = baseline[seed]
+    same = {k: v for k, v in baseline.items() if k != seed}
+    ran = {
+        params.get(seed)
+        for params, status in done
+        if status != RoundStatus.STOPPED and {k: v for k, v in params.items() if k != seed} == same
+    }
+    return [
+        {**baseline, seed: base_seed + i} for i in range(1, repeats) if base_seed + i not in ran
+    ]
+
+
 class ResearchState(msgspec.Struct, kw_only=True):
     """Everything the next decision needs to know about this session so far.
 
@@ -137,10 +196,15 @@ class ResearchState(msgspec.Struct, kw_only=True):
     recent_rounds: list[RecentRound] = msgspec.field(default_factory=list)
     budget: DecisionBudget | None = None
     """Set by the session before each decision; None outside a session."""
+    noise: NoiseFloor | None = None
+    """With ``run.noise``: the baseline's spread over seeds, which a new best must beat."""
 
 
-def new_state(primary_metric: str | None, goal: str) -> ResearchState:
-    """An empty state; ``goal`` is ``min`` or ``max`` (ValueError otherwise)."""
+def new_state(
+    primary_metric: str | None, goal: str, *, noise: NoiseFloor | None = None
+) -> ResearchState:
+    """An empty state; ``goal`` is ``min`` or ``max`` (ValueError otherwise); ``noise``:
+    the seed tunable and margin of ``run.noise`` (nothing measured yet)."""
     goal = str(goal)
     if goal not in GOALS:
         raise ValueError(f"goal must be 'min' or 'max', got {goal!r}")
@@ -153,6 +217,7 @@ def new_state(primary_metric: str | None, goal: str) -> ResearchState:
         tried=[],
         rejected=[],
         hypotheses=[],
+        noise=None if noise is None else NoiseFloor(seed=noise.seed, margin=noise.margin),
     )
 
 
@@ -170,7 +235,7 @@ def record_round(state: ResearchState, summary: RoundSummary) -> tuple[ResearchS
             [r for r in state.rounds if r.index != summary.index] + [summary],
             key=lambda r: r.index,
         )
-        rebuilt = new_state(state.primary_metric, state.goal)
+        rebuilt = new_state(state.primary_metric, state.goal, noise=state.noise)
         judged = summary
         for r in rounds:
             rebuilt, out = _record(rebuilt, r)
@@ -184,6 +249,7 @@ def _record(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState,
     primary, metric = _resolve_metric(state.primary_metric, summary)
     goal = state.goal
     baseline, best = state.baseline, state.best
+    noise = state.noise
     rejected = list(state.rejected)
     tried = list(state.tried)
     name = primary or "metric"
@@ -203,9 +269,39 @@ def _record(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState,
             best=best.metric if best else None,
             other_metrics=[k for k in summary.metrics if k != primary],
         )
+        repeat = (
+            noise is not None
+            and baseline is not None
+            and bool(summary.diff)
+            and set(summary.diff) <= {noise.seed}
+        )
+        if noise is not None and (baseline is None or repeat):
+            noise = msgspec.structs.replace(
+                noise, values=[*noise.values, metric], rounds=[*noise.rounds, summary.index]
+            )
         if baseline is None or best is None or best.metric is None:
             verdict = BASELINE
             reason = f"baseline: first completed round, {name} {format_metric(metric)}"
+        elif repeat:
+            assert noise is not None
+            verdict = NEUTRAL
+            reason = (
+                f"the baseline's configuration on another seed: {name} {format_metric(metric)}; "
+                f"{noise.describe(name)}"
+            )
+        elif (
+            noise is not None
+            and noise.floor is not None
+            and better(metric, best.metric, goal)
+            and abs(metric - best.metric) <= noise.floor
+        ):
+            verdict = NEUTRAL
+            reason = (
+                f"{name} {format_metric(metric)} better than best {format_metric(best.metric)} "
+                f"(round {best.index}) by {format_metric(abs(metric - best.metric))}, within "
+                f"the noise floor {format_metric(noise.floor)} ({len(noise.values)} seeds of the "
+                "baseline): not a new best"
+            )
         elif better(metric, best.metric, goal):
             verdict = KEPT
             reason = (
@@ -295,6 +391,7 @@ def _record(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState,
         tried=tried,
         rejected=rejected,
         hypotheses=hypotheses,
+        noise=noise,
         recent_rounds=[
             RecentRound(
                 round=r.index,
@@ -323,6 +420,8 @@ def _resolve_metric(primary: str | None, summary: RoundSummary) -> tuple[str | N
 
 def _failure_reason(summary: RoundSummary, primary: str | None, metric: float | None) -> str:
     status = summary.status
+    if status == RoundStatus.PRUNED:
+        return summary.error or status
     kind = failure_kind(summary.failure_tail)
     if status == RoundStatus.COMPLETED:
         if metric is not None and not math.isfinite(metric):

@@ -14,8 +14,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from trainee.research.prune import pruned_reason
 from trainee.research.state import (
     DecisionBudget,
+    NoiseFloor,
     ResearchState,
     RoundSummary,
     new_state,
@@ -67,6 +69,7 @@ def round_summary(r: RoundRecord) -> RoundSummary:
         verdict_reason="",
         duration_sec=(r.ended_at - r.started_at) if r.ended_at and r.started_at else None,
         failure_tail=r.failure_tail,
+        error=pruned_reason(r.warnings) if r.status == RoundStatus.PRUNED else "",
     )
 
 
@@ -74,7 +77,12 @@ def rebuild_state(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> ResearchS
     """The research state after the finished ``rounds`` (in order), for ``spec``'s metric."""
     primary = spec.metrics.specs[0].name if spec.metrics.specs else None
     goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
-    state = new_state(primary, goal)
+    noise = spec.run.noise
+    state = new_state(
+        primary,
+        goal,
+        noise=NoiseFloor(seed=noise.seed, margin=noise.margin) if noise is not None else None,
+    )
     for r in rounds:
         if r.status in ROUND_FINISHED:
             state, _ = record_round(state, round_summary(r))

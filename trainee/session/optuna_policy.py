@@ -16,6 +16,7 @@ their parameters and are left out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -354,6 +355,9 @@ class TpePolicy:
                     state=opt.trial.TrialState.COMPLETE
                     if complete
                     else opt.trial.TrialState.PRUNED,
+                    # a round pruned by run.prune: its last value, as Optuna's own pruned
+                    # trials carry (TPE ranks those above failures without a value)
+                    intermediate_values=_pruned_value(point),
                     user_attrs={"status": point.status},
                 )
             )
@@ -413,6 +417,13 @@ def _tell_infeasible(
     for i in range(n):
         trial.set_constraint(f"constraints[{i}]", 1.0 if f"constraints[{i}]" in broken else 0.0)
     study.tell(trial, state=TrialState.PRUNED)
+
+
+def _pruned_value(point: KnownPoint) -> dict[int, float] | None:
+    """``{0: its last value}`` for a round pruned by ``run.prune``; None otherwise."""
+    if point.status != RoundStatus.PRUNED or point.metric is None:
+        return None
+    return {0: float(point.metric)} if math.isfinite(point.metric) else None
 
 
 def _is_complete(point: KnownPoint) -> bool:

@@ -49,6 +49,7 @@ from trainee.research.decision import params_diff
 from trainee.research.state import (
     ResearchState,
     RoundSummary,
+    noise_repeats,
     record_round,
     state_to_json,
 )
@@ -64,9 +65,11 @@ from trainee.session.inputs import (
     rebuild_state,
 )
 from trainee.session.policy import Policy, Proposal, full_params, propose_batch
+from trainee.session.pruning import RoundPruning
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec.files import job_path_base
 from trainee.spec.wire import Event
+from trainee.states import RoundStatus
 from trainee.store.db import Store
 from trainee.store.export import write_ledgers, write_report, write_research_state
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord
@@ -262,6 +265,10 @@ class SessionRunner:
             if not any(not r.diff and r.status not in _NO_BASELINE for r in done):
                 plans = [(None, dict(baseline_params))]
                 step = 0
+            elif repeats := self._noise_repeats(spec, done, baseline_params):
+                # run.noise: the baseline's configuration on other seeds, before any change
+                step = max((r.batch for r in done), default=0) + 1
+                plans = [(None, p) for p in repeats]
             else:
                 step = max((r.batch for r in done), default=0) + 1
                 slots = decision_slots(spec, self.record, done)
@@ -431,6 +438,19 @@ class SessionRunner:
         if budgets.max_usd is not None and self.record.cost_usd >= budgets.max_usd:
             return "budget_usd"
         return None
+
+    def _noise_repeats(
+        self, spec: ProjectSpec, done: list[RoundRecord], baseline: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The next step's runs of the baseline on other seeds (``run.noise``), at most
+        ``run.parallel`` and what the budget of rounds leaves."""
+        noise = spec.run.noise
+        if noise is None:
+            return []
+        todo = noise_repeats(
+            noise.seed, noise.repeats, baseline, [(r.params, r.status) for r in done]
+        )
+        return todo[: decision_slots(spec, self.record, done)]
 
     def _observe(self, policy: Policy, summary: RoundSummary) -> None:
         if summary.index > 1:
@@ -842,6 +862,7 @@ class SessionRunner:
         tail_lines: list[str] = []
         last_activity = time.time()
         last_save = 0.0
+        pruning = await RoundPruning.start(self.store, spec, self.record.index, rec)
 
         async def on_batch(lines: list[Line]) -> None:
             nonlocal last_activity, last_save
@@ -878,6 +899,8 @@ class SessionRunner:
                 rows = [(p.name, p.value, p.step, p.seq) for p in points]
                 await self.store.add_points(self.record.index, rec.index, rows)
                 self.emit("metric", {"round": rec.index, "points": rows[-500:]})
+            if pruning is not None and by_file:
+                pruning.feed(points, extractor.nonfinite())
             now = time.time()
             if now - last_save >= OFFSET_SAVE_INTERVAL:
                 last_save = now
@@ -947,6 +970,8 @@ class SessionRunner:
                     rows = [(p.name, p.value, p.step, p.seq) for p in points]
                     await self.store.add_points(self.record.index, rec.index, rows)
                     self.emit("metric", {"round": rec.index, "points": rows[-500:]})
+                if pruning is not None:
+                    pruning.feed(points, extractor.nonfinite())
 
         try:
             async with anyio.create_task_group() as tg:
@@ -956,6 +981,12 @@ class SessionRunner:
                     tg.start_soon(watch_signals)
                 if extractor.polled:
                     tg.start_soon(poll_metric_files)
+                if pruning is not None:
+                    tg.start_soon(
+                        pruning.stop_when_pruned,
+                        functools.partial(backend.cancel, ref, job, reason="stopped"),
+                        f"{self.record.id} round {rec.index}",
+                    )
                 exit_info = await backend.wait(ref, job, on_state=on_state)
                 stop_tail.set()
                 # the tailer drains every file to its end after ``stop``, then returns
@@ -989,6 +1020,15 @@ class SessionRunner:
             )
         metrics = extractor.result()
         status = _status_of(exit_info, metrics.missing_required)
+        # stopped because a run.prune rule said so (not by the user): pruned, with the reason
+        pruned = pruning.decision if pruning is not None else None
+        if (
+            pruned is not None
+            and status == RoundStatus.STOPPED
+            and not self.control.stop_requested.is_set()
+        ):
+            status = RoundStatus.PRUNED
+            exit_info = msgspec.structs.replace(exit_info, error=pruned.error)
         warnings = [w.message for w in metrics.warnings]
         if exit_info.error and status != "completed":
             warnings.insert(0, exit_info.error)
@@ -1008,6 +1048,7 @@ class SessionRunner:
             verdict_reason="",
             duration_sec=exit_info.duration_sec,
             failure_tail=failure_tail,
+            error=(exit_info.error or "") if status == RoundStatus.PRUNED else "",
         )
         assert self.state is not None
         self.state, judged = record_round(self.state, summary)
@@ -1080,6 +1121,9 @@ class SessionRunner:
                     goal=goal,
                     decisions=decisions,
                     tunables=self.spec.tunables if self.spec is not None else (),
+                    noise=state.noise.describe(metric or "metric")
+                    if state and state.noise
+                    else None,
                 )
 
         await anyio.to_thread.run_sync(write)

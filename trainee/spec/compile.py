@@ -22,12 +22,14 @@ import msgspec
 from trainee.errors import ConfigError
 from trainee.spec.constraints import Constraint, parse_constraint, unknown_name_reason
 from trainee.spec.files import (
+    BUILTIN_METRICS,
     SCRATCH_CWD,
     AdvancedSpec,
     ConfigStyle,
     DataSpec,
     DecisionSpec,
     FieldPath,
+    HalvingRule,
     IntegrationsSpec,
     LaunchSpec,
     LineMap,
@@ -37,10 +39,12 @@ from trainee.spec.files import (
     OutputSpec,
     ParamSpec,
     ParamType,
+    PatienceRule,
     ProjectFileSpec,
     RunSpec,
     SecurityMode,
     SignalType,
+    ThresholdRule,
     TuningFileSpec,
     Value,
     config_error,
@@ -312,9 +316,11 @@ class _Compiler:
         self._check_data()
         self._check_output()
         self._check_metrics()
+        self._check_prune()
         self._check_advanced()
         self._check_integrations()
         tunables = self._check_params()
+        self._check_noise(tunables)
         constraints = self._check_constraints(tunables)
         return ProjectSpec(
             project_root=str(self.root),
@@ -545,6 +551,81 @@ class _Compiler:
                 raise self.fail(
                     self.psrc, (*base, "path"), f"not used by source {source}{hint}; remove it"
                 )
+
+    def _check_prune(self) -> None:
+        prune = self.project.run.prune
+        if prune is None:
+            return
+        specs = self.project.metrics.specs
+        names = [m.name for m in specs] if specs else list(BUILTIN_METRICS)
+        for i, rule in enumerate(prune.rules):
+            base: FieldPath = ("run", "prune", "rules", i)
+            if rule.metric is not None and rule.metric not in names:
+                known = ", ".join(names)
+                where = "metrics.specs" if specs else "the built-in metrics (no metrics.specs)"
+                raise self.fail(
+                    self.psrc,
+                    (*base, "metric"),
+                    f"'{rule.metric}' is not a metric of {where}; one of {known}",
+                )
+            if isinstance(rule, ThresholdRule):
+                for key in ("above", "below"):
+                    bound = getattr(rule, key)
+                    if bound is not None and not math.isfinite(bound):
+                        raise self.fail(
+                            self.psrc, (*base, key), f"must be a finite number, got {bound}"
+                        )
+                if rule.above is not None and rule.below is not None and rule.below >= rule.above:
+                    raise self.fail(
+                        self.psrc,
+                        (*base, "below"),
+                        f"must be less than above ({rule.above}), got {rule.below}: "
+                        "every value would be pruned",
+                    )
+            elif isinstance(rule, PatienceRule) and not math.isfinite(rule.min_delta):
+                raise self.fail(
+                    self.psrc,
+                    (*base, "min_delta"),
+                    f"must be a finite number, got {rule.min_delta}",
+                )
+            elif isinstance(rule, HalvingRule) and any(
+                b <= a for a, b in zip(rule.rungs, rule.rungs[1:], strict=False)
+            ):
+                raise self.fail(
+                    self.psrc,
+                    (*base, "rungs"),
+                    f"must be increasing steps, got {list(rule.rungs)}",
+                )
+
+    def _check_noise(self, tunables: tuple[TunableSpec, ...]) -> None:
+        noise = self.project.run.noise
+        if noise is None:
+            return
+        where: FieldPath = ("run", "noise", "seed")
+        found = next((t for t in tunables if t.name == noise.seed), None)
+        if found is None:
+            names = ", ".join(t.name for t in tunables) or "none"
+            raise self.fail(
+                self.psrc,
+                where,
+                f"'{noise.seed}' is not a param of tuning.yaml (params: {names}); declare the "
+                "seed option there (type int) so its rounds can be repeated on other seeds",
+            )
+        if found.type != ParamType.INT or not isinstance(found.baseline, int):
+            raise self.fail(
+                self.psrc,
+                where,
+                f"the param '{noise.seed}' must be of type int with a default (the baseline's "
+                f"seed), got type {found.type} default {found.baseline!r}",
+            )
+        last = found.baseline + noise.repeats - 1
+        if found.max_value is not None and last > found.max_value:
+            raise self.fail(
+                self.psrc,
+                ("run", "noise", "repeats"),
+                f"{noise.repeats} seeds from the baseline's {found.baseline} need '{noise.seed}' "
+                f"up to {last}, above its max_value {found.max_value}",
+            )
 
     def _check_regex(self, where: FieldPath, pattern: str) -> None:
         try:

@@ -20,6 +20,7 @@ from msgspec import Meta
 from trainee.errors import ConfigError
 
 __all__ = [
+    "BUILTIN_METRICS",
     "SCRATCH_CWD",
     "AdvancedSpec",
     "ArgSpec",
@@ -30,24 +31,32 @@ __all__ = [
     "Environment",
     "FieldPath",
     "Goal",
+    "HalvingRule",
     "IntegrationsSpec",
     "LaunchSpec",
     "LimitsSpec",
     "LineMap",
+    "MedianRule",
     "MetricSource",
     "MetricSpec",
     "MetricsSpec",
     "MlflowSpec",
+    "NoiseSpec",
     "NotifyEvent",
     "NotifySpec",
     "OutputSpec",
     "ParamSpec",
     "ParamType",
+    "PatienceRule",
+    "PercentileRule",
     "ProjectFileSpec",
+    "PruneRule",
+    "PruneSpec",
     "RunSpec",
     "SecurityMode",
     "SignalSourceSpec",
     "SignalType",
+    "ThresholdRule",
     "TuningFileSpec",
     "Value",
     "WandbSpec",
@@ -154,6 +163,10 @@ OverrideKey = Annotated[
 
 # -- project.yaml ----------------------------------------------------------------
 
+BUILTIN_METRICS: tuple[str, str] = ("loss", "total_loss")
+"""The metrics read from a project's output without ``metrics.specs`` (the first found
+is the primary)."""
+
 
 class DataSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A data folder or file of the project; ``flag`` passes it to the command."""
@@ -199,6 +212,117 @@ class LimitsSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """Processes the round may have at once (bwrap's own not counted)."""
 
 
+# -- run.prune ------------------------------------------------------------------------
+
+
+class _PruneRule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A rule of ``run.prune``; ``metric``: one of metrics.specs (default: the primary)."""
+
+    metric: MetricName | None = None
+
+
+class ThresholdRule(
+    _PruneRule,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="rule",
+    tag="threshold",
+):
+    """Pruned at once when the metric is NaN or infinite (a diverged run never recovers),
+    and from ``min_steps`` on when its latest value is above ``above`` or below ``below``."""
+
+    above: float | None = None
+    below: float | None = None
+
+
+class PatienceRule(
+    _PruneRule,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="rule",
+    tag="patience",
+):
+    """Pruned when the metric's best value has not improved by more than ``min_delta``
+    for ``patience`` steps (a plateau)."""
+
+    patience: Annotated[int, Meta(ge=1)]
+    min_delta: Annotated[float, Meta(ge=0)] = 0.0
+
+
+class MedianRule(
+    _PruneRule,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="rule",
+    tag="median",
+):
+    """Pruned when its best value so far is worse than the median of the completed
+    rounds' best values up to the same step (Optuna's MedianPruner)."""
+
+
+class PercentileRule(
+    _PruneRule,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="rule",
+    tag="percentile",
+):
+    """Pruned unless its best value so far is within the best ``percentile`` % of the
+    completed rounds' at the same step (25: only the top quarter goes on)."""
+
+    percentile: Annotated[float, Meta(gt=0, lt=100)]
+
+
+class HalvingRule(
+    _PruneRule,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="rule",
+    tag="halving",
+):
+    """Successive-halving rungs: at each step of ``rungs`` it reaches, the round goes on
+    only when its best value so far ranks in the best ``keep`` fraction of the rounds that
+    reached that rung (the completed ones and itself)."""
+
+    rungs: Annotated[tuple[Annotated[int, Meta(ge=1)], ...], Meta(min_length=1, max_length=32)]
+    keep: Annotated[float, Meta(gt=0, lt=1)] = 0.5
+
+
+PruneRule = ThresholdRule | PatienceRule | MedianRule | PercentileRule | HalvingRule
+
+
+class PruneSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``run.prune`` (opt-in): stop a losing round early, from the metric points it prints
+    while it runs, through the usual stop (SIGTERM, then ``advanced.stop_grace_sec``).
+    ``step``: the step a point is at, ``logged`` (the step/epoch/iter number on its line
+    or record, else its report count) or ``reports`` (1 for a metric's first value, 2
+    for the next...). ``min_steps``: no rule prunes before this step (NaN excepted).
+    ``warmup_rounds``: completed rounds needed before median, percentile and halving
+    compare. A round is pruned when any rule says so; the baseline never is."""
+
+    rules: Annotated[tuple[PruneRule, ...], Meta(min_length=1, max_length=32)]
+    step: Literal["logged", "reports"] = "logged"
+    min_steps: Annotated[int, Meta(ge=0)] = 1
+    warmup_rounds: Annotated[int, Meta(ge=1)] = 2
+
+
+class NoiseSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``run.noise`` (opt-in): how much the seed alone moves the primary metric. Right
+    after the baseline, its configuration runs again on ``repeats - 1`` other values of
+    the ``seed`` tunable (the baseline's + 1, + 2...); ``margin`` times the spread
+    (sample standard deviation) of those results is the noise floor, and a change
+    becomes the new best only when it beats the best by more than the floor."""
+
+    seed: Name
+    repeats: Annotated[int, Meta(ge=2, le=10)] = 3
+    margin: Annotated[float, Meta(gt=0, le=100)] = 1.0
+
+
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``max_session_minutes``: a wall-time budget for the whole session (checked
     before each decision; a running round is never cut short by it)."""
@@ -211,6 +335,11 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Candidates tried at once: each decision step proposes this many distinct plans
     and runs them together on the backend (budgets still count rounds)."""
     limits: LimitsSpec = msgspec.field(default_factory=LimitsSpec)
+    prune: PruneSpec | None = None
+    noise: NoiseSpec | None = None
+    """Noise-aware acceptance of a new best (see :class:`NoiseSpec`)."""
+    """Early stopping of losing rounds (see :class:`PruneSpec`); None: every round runs
+    to its end."""
 
 
 class LlmBudgetSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -557,7 +686,8 @@ def _mapped_error(
     match = _AT.match(str(exc))
     msg = match.group("msg") if match else str(exc)
     path = _parse_path(match.group("path") if match and match.group("path") else "$")
-    info = _info_at(msgspec.inspect.type_info(type_), path)
+    root = msgspec.inspect.type_info(type_)
+    info = _info_at(root, path, data)
 
     unknown = re.match(r"Object contains unknown field `(.*)`$", msg)
     if unknown:
@@ -575,6 +705,9 @@ def _mapped_error(
 
     found, value = _value_at(data, path)
     allowed = _allowed_values(info)
+    union = _tags(_info_at_union(root, path[:-1], data)) if path else None
+    if union is not None and path[-1] == union[0]:
+        allowed = union[1]
     if path == ("version",):
         return config_error(
             file, line_of(lines, path), path, f"unsupported version {_short(value)}; must be 1"
@@ -620,12 +753,14 @@ def _unwrap(info: msgspec.inspect.Type) -> msgspec.inspect.Type:
     return info
 
 
-def _info_at(info: msgspec.inspect.Type, path: FieldPath) -> msgspec.inspect.Type | None:
+def _info_at(
+    info: msgspec.inspect.Type, path: FieldPath, data: Any = None
+) -> msgspec.inspect.Type | None:
     current: msgspec.inspect.Type | None = info
     for seg in path:
         if current is None:
             return None
-        current = _unwrap(current)
+        current = _unwrap(_tagged(current, data))
         if isinstance(seg, int):
             if isinstance(current, msgspec.inspect.VarTupleType | msgspec.inspect.ListType):
                 current = current.item_type
@@ -635,7 +770,47 @@ def _info_at(info: msgspec.inspect.Type, path: FieldPath) -> msgspec.inspect.Typ
             current = next((f.type for f in current.fields if f.encode_name == seg), None)
         else:
             return None
-    return _unwrap(current) if current is not None else None
+        data = _value_at(data, (seg,))[1]
+    return _unwrap(_tagged(current, data)) if current is not None else None
+
+
+def _info_at_union(
+    info: msgspec.inspect.Type, path: FieldPath, data: Any
+) -> msgspec.inspect.Type | None:
+    """The type at ``path`` before a tagged union is resolved (None when not a union)."""
+    parent = _info_at(info, path[:-1], data) if path else info
+    if not path:
+        return info
+    seg = path[-1]
+    if isinstance(parent, msgspec.inspect.VarTupleType | msgspec.inspect.ListType) and isinstance(
+        seg, int
+    ):
+        return parent.item_type
+    if isinstance(parent, msgspec.inspect.StructType):
+        return next((f.type for f in parent.fields if f.encode_name == seg), None)
+    return None
+
+
+def _tags(info: msgspec.inspect.Type | None) -> tuple[str, list[str]] | None:
+    """The tag field and the tags of a union of tagged Structs (``run.prune.rules``)."""
+    if not isinstance(info, msgspec.inspect.UnionType):
+        return None
+    structs = [t for t in info.types if isinstance(t, msgspec.inspect.StructType)]
+    if not structs or any(t.tag_field is None for t in structs):
+        return None
+    return str(structs[0].tag_field), [str(t.tag) for t in structs]
+
+
+def _tagged(info: msgspec.inspect.Type, data: Any) -> msgspec.inspect.Type:
+    """The member of a tagged union that ``data`` (a mapping) names by its tag."""
+    tags = _tags(info)
+    if tags is None or not isinstance(data, dict):
+        return info
+    assert isinstance(info, msgspec.inspect.UnionType)
+    for t in info.types:
+        if isinstance(t, msgspec.inspect.StructType) and t.tag == data.get(tags[0]):
+            return t
+    return info
 
 
 def _field_names(info: msgspec.inspect.Type | None) -> list[str]:

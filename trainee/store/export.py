@@ -22,6 +22,7 @@ from xml.sax.saxutils import escape
 import msgspec
 
 from trainee.research.analysis import build_analysis
+from trainee.research.prune import pruned_reason
 from trainee.spec import TunableSpec
 from trainee.spec.wire import SessionAnalysis
 from trainee.states import RoundStatus
@@ -321,6 +322,7 @@ def render_report(
     metric_name: str,
     goal: str,
     decisions: Sequence[DecisionRecord] | None = None,
+    noise: str | None = None,
     analysis: SessionAnalysis | None = None,
 ) -> str:
     """The Markdown session report (links ``report_chart.svg`` when any round has a metric,
@@ -366,6 +368,8 @@ def render_report(
         lines.append(text)
     else:
         lines.append("- **Best:** none")
+    if noise:
+        lines.append(f"- **Seed noise:** {_md(noise)}")
     if session.error:
         lines.append(f"- **Error:** {_md(session.error)}")
     lines.append("")
@@ -392,9 +396,22 @@ def render_report(
     if analysis is not None:
         lines += analysis_section(analysis)
     lines += _round_table(ordered, metric_name, baseline, best)
+    lines += _pruned_lines(ordered)
     if decisions:
         lines += _decision_table(decisions)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _pruned_lines(rounds: Sequence[RoundRecord]) -> list[str]:
+    """One line per round a ``run.prune`` rule stopped early: the rule and the comparison."""
+    pruned = [r for r in rounds if r.status == RoundStatus.PRUNED]
+    if not pruned:
+        return []
+    lines = ["## Pruned rounds", ""]
+    for r in pruned:
+        reason = pruned_reason(r.warnings) or RoundStatus.PRUNED.value
+        lines.append(f"- Round {r.index}: {_md(reason)}")
+    return [*lines, ""]
 
 
 def _backend_line(rounds: Sequence[RoundRecord]) -> list[str]:
@@ -696,9 +713,11 @@ def write_report(
     goal: str,
     decisions: Sequence[DecisionRecord] | None = None,
     tunables: Sequence[TunableSpec] = (),
+    noise: str | None = None,
 ) -> Path:
     """Write ``report.md`` and, when any round has a metric, ``report_chart.svg`` beside it,
-    with the analysis views (importance, parallel coordinates, slices) as SVG files."""
+    with the analysis views (importance, parallel coordinates, slices) as SVG files.
+    ``noise``: the baseline's mean ± spread over seeds (``run.noise``), when measured."""
     ordered = _ordered(session, rounds)
     baseline, best = _baseline_and_best(session, ordered, _check_goal(goal))
     analysis = build_analysis(
@@ -711,7 +730,13 @@ def write_report(
         best_round=best.index if best is not None else None,
     )
     text = render_report(
-        session, ordered, metric_name=metric_name, goal=goal, decisions=decisions, analysis=analysis
+        session,
+        ordered,
+        metric_name=metric_name,
+        goal=goal,
+        decisions=decisions,
+        analysis=analysis,
+        noise=noise,
     )
     svg = render_chart_svg(
         ordered,

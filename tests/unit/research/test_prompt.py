@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
 import pytest
 
 from trainee.research.prompt import (
@@ -350,3 +351,39 @@ def test_journal_empty_and_tiny_limit() -> None:
     text = journal_section([store_entry(1), store_entry(2)], limit_chars=120)
     assert len(text) <= 120
     assert "[... truncated" in text and "[... 1 older sessions omitted]" in text
+
+
+def test_a_pruned_round_shows_the_llm_its_reason() -> None:
+    reason = "pruned: patience rule: val_loss not improved for 3 steps (best 0.5 at step 2)"
+    state = new_state("val_loss", "min")
+    for r in (
+        summary(1, metric=0.3),
+        msgspec.structs.replace(
+            summary(2, "pruned", 0.5, params={**BASELINE, "lr": 0.5}, diff={"lr": "x"}),
+            error=reason,
+        ),
+    ):
+        state, _ = record_round(state, r)
+    user = user_of(build_messages(PARTS, state, TUNABLES, baseline_params=BASELINE))
+    assert f"| 2 | {reason} | 0.5 | rejected |" in user
+    rejected = user.split("## Rejected changes (do not repeat)")[1].split("## ")[0]
+    assert f"- round 2: {reason}" in rejected
+
+
+def test_the_llm_sees_the_noise_floor() -> None:
+    from trainee.research.state import NoiseFloor
+
+    state = new_state("val_loss", "min", noise=NoiseFloor(seed="seed", margin=2.0))
+    base = {**BASELINE, "seed": 0}
+    for i, (seed, value) in enumerate([(0, 0.30), (1, 0.32)], start=1):
+        diff = {"seed": {"from": 0, "to": seed}} if seed else {}
+        state, _ = record_round(
+            state, summary(i, metric=value, params={**base, "seed": seed}, diff=diff)
+        )
+    user = user_of(build_messages(PARTS, state, TUNABLES, baseline_params=BASELINE))
+    section = user.split("## Noise floor (run.noise)\n\n")[1].split("\n\n")[0]
+    assert section == (
+        "val_loss 0.31 ± 0.0141421 over 2 seeds of the baseline (rounds 1, 2); noise floor "
+        "0.0282843.\nA change becomes the new best only when it beats the best by more than "
+        "0.0282843; changing only 'seed' is never an improvement."
+    )

@@ -10,10 +10,12 @@ import pytest
 
 from trainee.research.state import (
     RECENT_ROUNDS,
+    NoiseFloor,
     ResearchState,
     RoundSummary,
     failure_kind,
     new_state,
+    noise_repeats,
     record_round,
     state_from_json,
     state_to_json,
@@ -306,3 +308,66 @@ def test_bad_json_is_a_clear_value_error(data: bytes, match: str) -> None:
 )
 def test_failure_kind(tail: list[str], kind: str | None) -> None:
     assert failure_kind(tail) == kind
+
+
+def test_a_pruned_round_is_rejected_with_its_reason_and_never_the_best() -> None:
+    reason = "pruned: median rule: val_loss 0.9 at step 2 worse than the median 0.6 of 3 rounds"
+    pruned = msgspec.structs.replace(changed(2, 0.1, "pruned"), error=reason)
+    state, judged = run("min", [changed(1, 0.3), pruned])
+    assert judged[1].verdict == "rejected"
+    assert judged[1].verdict_reason.startswith(reason)
+    assert state.best is not None and state.best.index == 1  # its last value is not a result
+    assert state.rejected[-1]["reason"] == reason
+    assert [t["status"] for t in state.tried] == ["completed", "pruned"]
+
+
+def seeded(index: int, metric: float, seed: int, **changes: Any) -> RoundSummary:
+    params = {**BASELINE, "seed": seed, **changes}
+    diff = {k: {"from": 0 if k == "seed" else BASELINE.get(k), "to": v} for k, v in
+            {"seed": seed, **changes}.items() if not (k == "seed" and seed == 0)}  # fmt: skip
+    return summary(index, "completed", metric, params=params, diff=diff)
+
+
+def test_the_noise_floor_keeps_seed_wins_and_small_gains_from_becoming_the_best() -> None:
+    state = new_state("val_loss", "min", noise=NoiseFloor(seed="seed", margin=1.0))
+    judged = []
+    for r in [
+        seeded(1, 0.0638, 0),  # the baseline
+        seeded(2, 0.0354, 1),  # the same configuration on seed 1: better, but only noise
+        seeded(3, 0.0682, 2),
+        seeded(4, 0.0538, 0, lr=0.002),  # better by 0.01, within the floor
+        seeded(5, 0.0138, 0, lr=0.003),  # better by 0.05: a real gain
+    ]:
+        state, j = record_round(state, r)
+        judged.append(j)
+    assert [j.verdict for j in judged] == ["baseline", "neutral", "neutral", "neutral", "kept"]
+    assert state.noise is not None and state.noise.rounds == [1, 2, 3]
+    assert state.noise.floor == pytest.approx(0.0178034, rel=1e-5)
+    assert judged[1].verdict_reason.startswith(
+        "the baseline's configuration on another seed: val_loss 0.0354; val_loss 0.0496 ± "
+        "0.0200818 over 2 seeds of the baseline (rounds 1, 2); noise floor 0.0200818"
+    )
+    assert "within the noise floor 0.0178034 (3 seeds of the baseline): not a new best" in (
+        judged[3].verdict_reason
+    )
+    assert state.best is not None and state.best.index == 5
+    # rebuilt from its rounds (a resumed session), the floor is measured again
+    again, _ = record_round(state, judged[2])
+    assert again.noise is not None and again.noise.values == state.noise.values
+    assert state_from_json(state_to_json(state)).noise == state.noise
+
+
+def test_noise_repeats_plans_the_missing_seeds_of_the_baseline() -> None:
+    base = {"lr": 0.3, "seed": 5}
+    done = [
+        (base, "completed"),
+        ({"lr": 0.3, "seed": 6}, "stopped"),
+        ({"lr": 0.1, "seed": 7}, "completed"),
+    ]
+    assert noise_repeats("seed", 4, base, done) == [
+        {"lr": 0.3, "seed": 6},  # stopped: run again
+        {"lr": 0.3, "seed": 7},  # seed 7 ran with another lr: not a repeat
+        {"lr": 0.3, "seed": 8},
+    ]
+    done.append(({"lr": 0.3, "seed": 6}, "failed"))
+    assert noise_repeats("seed", 3, base, done) == [{"lr": 0.3, "seed": 7}]

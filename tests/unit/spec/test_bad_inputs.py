@@ -694,6 +694,95 @@ CASES: list[Bad] = [
         "keys must be strings, got 1",
         MIN + "run:\n  1: 2  #<\n",
     ),
+    # -- run.prune --------------------------------------------------------------------------
+    Bad(
+        "prune-unknown-rule",
+        "run.prune.rules[0].rule",
+        "invalid value 'mediann'; expected one of: threshold, patience, median, percentile, "
+        "halving (did you mean 'median'?)",
+        MIN + "run:\n  prune:\n    rules:\n      - rule: mediann  #<\n",
+    ),
+    Bad(
+        "prune-no-rules",
+        "run.prune.rules",
+        "",
+        MIN + "run:\n  prune:\n    rules: []  #<\n",
+    ),
+    Bad(
+        "prune-unknown-metric",
+        "run.prune.rules[0].metric",
+        "'val_los' is not a metric of metrics.specs; one of val_loss",
+        MIN
+        + "metrics:\n  specs:\n    - {name: val_loss, source: stdout_regex, "
+        + "key_or_pattern: 'val_loss=(\\S+)'}\n"
+        + "run:\n  prune:\n    rules:\n      - rule: median\n        metric: val_los  #<\n",
+    ),
+    Bad(
+        "prune-builtin-metric",
+        "run.prune.rules[0].metric",
+        "not a metric of the built-in metrics (no metrics.specs); one of loss, total_loss",
+        MIN + "run:\n  prune:\n    rules:\n      - {rule: median, metric: acc}  #<\n",
+    ),
+    Bad(
+        "prune-patience-missing",
+        "run.prune.rules[0].patience",
+        "missing required field",
+        MIN + "run:\n  prune:\n    rules:\n      - rule: patience  #<\n",
+    ),
+    Bad(
+        "prune-threshold-bounds",
+        "run.prune.rules[0].below",
+        "must be less than above (1.0), got 2.0",
+        MIN
+        + "run:\n  prune:\n    rules:\n      - rule: threshold\n        above: 1.0\n"
+        + "        below: 2.0  #<\n",
+    ),
+    Bad(
+        "prune-threshold-inf",
+        "run.prune.rules[0].above",
+        "must be a finite number, got inf",
+        MIN + "run:\n  prune:\n    rules:\n      - rule: threshold\n        above: .inf  #<\n",
+    ),
+    Bad(
+        "prune-rungs-order",
+        "run.prune.rules[0].rungs",
+        "must be increasing steps, got [4, 2]",
+        MIN + "run:\n  prune:\n    rules:\n      - {rule: halving, rungs: [4, 2]}  #<\n",
+    ),
+    Bad(
+        "prune-percentile-range",
+        "run.prune.rules[0].percentile",
+        "100",
+        MIN + "run:\n  prune:\n    rules:\n      - {rule: percentile, percentile: 100}  #<\n",
+    ),
+    Bad(
+        "prune-warmup-zero",
+        "run.prune.warmup_rounds",
+        ">= 1",
+        MIN + "run:\n  prune:\n    warmup_rounds: 0  #<\n    rules: [{rule: median}]\n",
+    ),
+    Bad(
+        "noise-seed-not-a-param",
+        "run.noise.seed",
+        "'seed' is not a param of tuning.yaml (params: lr); declare the seed option there",
+        MIN + "run:\n  noise:\n    seed: seed  #<\n",
+        tuning="version: 1\nparams:\n  - {name: lr, flag: --lr, type: float, default: 0.1}\n",
+    ),
+    Bad(
+        "noise-seed-not-int",
+        "run.noise.seed",
+        "the param 'lr' must be of type int with a default (the baseline's seed), got type float",
+        MIN + "run:\n  noise:\n    seed: lr  #<\n",
+        tuning="version: 1\nparams:\n  - {name: lr, flag: --lr, type: float, default: 0.1}\n",
+    ),
+    Bad(
+        "noise-seeds-past-max",
+        "run.noise.repeats",
+        "5 seeds from the baseline's 2 need 'seed' up to 6, above its max_value 4",
+        MIN + "run:\n  noise:\n    seed: seed\n    repeats: 5  #<\n",
+        tuning="version: 1\nparams:\n  - {name: seed, flag: --seed, type: int, default: 2, "
+        "min_value: 0, max_value: 4}\n",
+    ),
 ]
 
 

@@ -319,3 +319,18 @@ def test_sparkline() -> None:
     assert sparkline([None, None]) == ""
     assert sparkline([1.0, None, 3.0, 2.0]) == "▁·█▅"
     assert sparkline([5.0, 5.0]) == "▅▅"
+
+
+def test_report_explains_each_pruned_round_in_one_line() -> None:
+    reason = "pruned: threshold rule: val_loss 150 at step 6 above the bound 100"
+    rounds = [
+        RoundRecord(session=1, index=1, status="completed", primary_metric=0.5),
+        RoundRecord(session=1, index=2, status="pruned", primary_metric=150.0, warnings=[reason]),
+        RoundRecord(session=1, index=3, status="completed", primary_metric=0.4),
+    ]
+    text = render_report(make_session(), rounds, metric_name="val_loss", goal="min")
+    section = text.split("## Pruned rounds\n\n")[1].split("\n\n")[0].strip()
+    assert section == f"- Round 2: {reason}"
+    assert "(2 completed, 1 pruned)" in text
+    plain = render_report(make_session(), [rounds[0]], metric_name="val_loss", goal="min")
+    assert "Pruned rounds" not in plain
