@@ -42,6 +42,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("trainee/llm/client.py", '"other": "error",'): "a provider failure kind",
     # -- other vocabularies that share a word
     ("trainee/daemon/main.py", 'log.info("stopped")'): "a log line of the daemon",
+    ("trainee/spec/yamlio.py", 'warnings.simplefilter("error", YAMLWarning)'): (
+        "the warnings module's action name"
+    ),
     ("trainee/discovery/constraints.py", 'and s.value.func.attr == "error"'): (
         "argparse's parser.error() in the user's script"
     ),

@@ -162,8 +162,12 @@ def render_round(
         config = write_round_config(spec, rnd, params)
     env = build_env(spec, rnd, base_env, create=write_config)
     cwd = job_cwd(spec, rnd, mode)
-    if write_config and cwd != spec.working_dir:
-        make_scratch_cwd(spec, Path(cwd))
+    if cwd != spec.working_dir:
+        if spec.advanced.shell_command is None:
+            argv = tuple(from_scratch(spec, list(argv)))
+            display = shell_display(argv)
+        if write_config:
+            make_scratch_cwd(spec, Path(cwd))
     return RenderedRound(
         argv=argv,
         env=env,
@@ -182,6 +186,34 @@ def job_cwd(spec: ProjectSpec, rnd: RoundLayout, mode: SecurityMode | str | None
     if uses_scratch_cwd(spec.advanced, spec.project_root, guarded=guarded):
         return str(rnd.dir / SCRATCH_CWD)
     return spec.working_dir
+
+
+def from_scratch(spec: ProjectSpec, argv: list[str]) -> list[str]:
+    """``argv`` as it works from a scratch folder: the command's scripts of the project
+    by their real path (so ``__file__`` and ``sys.path[0]`` are the project's, and
+    ``dirname(__file__)/..`` too), every ``../`` path taken from the working folder, and
+    ``uv run`` told its project."""
+    work = os.path.realpath(spec.working_dir)
+    end = len(command_prefix(spec))
+    start = end - len(spec.launch.command or ())
+    out: list[str] = []
+    for i, token in enumerate(argv):
+        flag, eq, value = token.partition("=") if token.startswith("-") else ("", "", token)
+        if flag and not eq:
+            out.append(token)  # a bare option
+            continue
+        if value == ".." or value.startswith("../"):
+            value = os.path.normpath(os.path.join(work, value))
+        elif (
+            start <= i < end
+            and not os.path.isabs(value)
+            and os.path.isfile(os.path.join(work, value))
+        ):
+            value = os.path.join(work, value)
+        out.append(f"{flag}={value}" if eq else value)
+    if out[:2] == ["uv", "run"]:
+        out[2:2] = ["--project", work]
+    return out
 
 
 def make_scratch_cwd(spec: ProjectSpec, folder: Path) -> None:

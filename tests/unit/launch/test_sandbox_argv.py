@@ -196,7 +196,10 @@ def test_wrap_keeps_env_cwd_and_display(tmp_path: Path) -> None:
     rendered = render_round(spec, rnd, {}, base_env={"PATH": os.defpath})
     wrapped = wrap(rendered, spec, rnd, network=False, bwrap=fake_bwrap(tmp_path))
     assert wrapped.argv[0] == fake_bwrap(tmp_path)
-    assert wrapped.argv[-3:] == ("--", "python", "train.py")
+    # the round runs in its scratch folder: the script by its real path in the project
+    script = os.path.join(os.path.realpath(spec.working_dir), "train.py")
+    assert wrapped.argv[-3:] == ("--", "python", script)
+    assert rendered.cwd == str(rnd.dir / "cwd") and (rnd.dir / "cwd" / "train.py").is_symlink()
     assert "--unshare-net" in wrapped.argv
     assert (wrapped.env, wrapped.cwd, wrapped.display) == (
         rendered.env,
