@@ -352,4 +352,3 @@ def test_twelve_scripted_stops_all_reach_their_round(tmp_path: Path) -> None:
             for rnd in state["rounds"]:
                 r.assert_stopped(rnd["index"], asked=asked, job="ended", session=session)
             assert_no_orphans(r.project)
-
