@@ -359,6 +359,14 @@ class Monitor:
         """True when the session's stop file exists (never followed: only its presence)."""
         return self.args.stop_file is not None and os.path.lexists(self.args.stop_file)
 
+    def stop_signalled(self) -> bool:
+        """True when a stop signal came before anything started (read from the wake pipe)."""
+        try:
+            data = os.read(self.wake_r, 4096)
+        except BlockingIOError:
+            return False
+        return any(num in STOP_SIGNALS for num in data)
+
     def stop_before_start(self) -> None:
         self.stopped = True
         self.never_started = True
@@ -840,13 +848,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"trainee.shim: cannot open {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 1
+    # handlers first: once the claim names this process, a daemon may signal it
+    mon.install_signals()
     if not mon.claim_launch():
         # a restarted daemon revoked this launch and runs the round again: start nothing
         # (and say nothing: stderr is a round log the new attempt may have replaced)
         return REVOKED
-    mon.install_signals()
     # from here on a stop is either in the stop file or a signal this process handles
-    if mon.stop_recorded():
+    if mon.stop_recorded() or mon.stop_signalled():
         mon.stop_before_start()
     else:
         mon.test_pause("shim.before_exec")
