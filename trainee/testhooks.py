@@ -38,12 +38,11 @@ POINTS = (
     "monitor.spawned",
     "launch.after_submit",
     "launch.after_record",
-    "stop.recorded",
 )
 """The named instants of a launch, in order: the round rendered, nothing recorded; the
 intent (token) stored, nothing started; the monitor process started, not yet ready; the
-job started, not yet recorded as running; recorded as running; a session's stop
-recorded in its stop file, not delivered yet."""
+job started, not yet recorded as running; recorded as running. (Elsewhere:
+``stop.recorded``, a session's stop written to its stop file, not delivered yet.)"""
 
 PAUSE_POINTS = (
     "monitor.before_spawn",

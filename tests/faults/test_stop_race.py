@@ -65,7 +65,7 @@ def on_term(*_):
 signal.signal(signal.SIGTERM, on_term)
 mark("started", str(os.getpid()))
 first = os.environ.get("TRAINEE_ROUND_INDEX") == "1" and "BASELINE_SEC" in os.environ
-end = time.monotonic() + float(os.environ["BASELINE_SEC" if first else "RUN_SEC"])
+end = time.monotonic() + float(os.environ.get("BASELINE_SEC" if first else "RUN_SEC", "120"))
 step = 0
 while time.monotonic() < end:
     print(f"step {step} loss={1.0 / (step + 1):.4f}", flush=True)
