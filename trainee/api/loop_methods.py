@@ -390,12 +390,16 @@ async def loop_stop(ctx: CallContext, params: LoopStopParams) -> LoopStopResult:
     rounds = {r.index: r for r in await store.list_rounds(rec.index)}
     spec = running.runner.spec
     grace = spec.advanced.stop_grace_sec if spec is not None else None
-    message = stop_message(rec.id, [rounds[i] for i in active if i in rounds], asked, grace)
+    message = stop_message(
+        rec.id, [rounds[i] for i in active if i in rounds], asked, grace, ended=ended
+    )
     state = await loop_get(ctx, w.SessionParams(session=rec.id, project_root=rec.project_root))
     return LoopStopResult(stopped=True, message=message, ended=ended, state=state)
 
 
-def stop_message(session: str, rounds: list[RoundRecord], asked: float, grace: float | None) -> str:
+def stop_message(
+    session: str, rounds: list[RoundRecord], asked: float, grace: float | None, *, ended: bool
+) -> str:
     """What a stop did to the rounds that ran when it came (one clause each)."""
     ending = [r for r in rounds if r.status not in ROUND_FINISHED]
     if ending:
@@ -403,6 +407,8 @@ def stop_message(session: str, rounds: list[RoundRecord], asked: float, grace: f
         verb = "is" if len(ending) == 1 else "are"
         within = f" (grace {grace:g} s)" if grace is not None else ""
         return f"stop requested for {session}; {names} {verb} still ending{within}"
+    if not ended:
+        return f"stop requested for {session}; it is still ending"
     if not rounds:
         return f"stopped {session} (no round was running)"
     parts = []
