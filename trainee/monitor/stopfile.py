@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from trainee import jobfiles, shim
+from trainee.states import StopReason
 from trainee.testhooks import crash_point
 
 __all__ = ["clear", "record", "recorded"]
@@ -46,8 +47,9 @@ def record(path: Path, reason: str) -> bool:
     return True
 
 
-def recorded(path: Path) -> str | None:
-    """The reason of a stop recorded at ``path``; None when there is none."""
+def recorded(path: Path) -> StopReason | None:
+    """The reason of a stop recorded at ``path`` (``user_stop`` when it cannot be read:
+    a stop all the same); None when there is none."""
     try:
         data, _ = jobfiles.read_bounded(path, LIMIT, within=[path.parent], deny=())
     except FileNotFoundError:
@@ -55,11 +57,9 @@ def recorded(path: Path) -> str | None:
     except OSError as exc:
         log.warning("ignoring the stop file %s: %s", path, exc.strerror or exc)
         return None
-    with contextlib.suppress(ValueError, AttributeError):
-        reason = json.loads(data).get("reason")
-        if isinstance(reason, str) and reason:
-            return reason
-    return "user_stop"  # there, but unreadable: a stop all the same
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        return StopReason(json.loads(data).get("reason"))
+    return StopReason.USER_STOP
 
 
 def clear(path: Path) -> None:

@@ -98,14 +98,12 @@ class SessionControl:
     decision_scope: anyio.CancelScope | None = None
     stop_file: Path | None = None
     """The session's stop record (trainee.monitor.stopfile), written before anything else."""
-    stop_requested_at: float | None = None
 
     def request_stop(self, reason: str = "user_stop") -> None:
         """Stop after cleaning up: the running round gets SIGTERM, a pending decision is dropped."""
         if not self.stop_requested.is_set():
             if self.stop_file is not None:
                 stopfile.record(self.stop_file, reason)  # a monitor starting now sees it
-            self.stop_requested_at = time.time()
             self.stop_reason = reason
             self.stop_requested.set()
         if self.decision_scope is not None:
