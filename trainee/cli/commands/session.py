@@ -116,8 +116,8 @@ def _start_session(params: dict[str, Any], root: str) -> dict[str, Any] | None:
         if not interrupted:
             return result
         session = str(result["session"])
-        # the stop waits for the round's grace (and a cluster's): no time limit here; a
-        # session that has already ended is as good as stopped
+        # the daemon answers within loop_stop's wait (the round may still be ending, within
+        # its grace); a session that has already ended is as good as stopped
         with contextlib.suppress(errors.NotFound, errors.InvalidState):
             client.call("loop_stop", {"project_root": root, "session": session}, timeout=None)
         sys.stderr.write(f"{session} stopped\n")
