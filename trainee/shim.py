@@ -28,9 +28,17 @@ What it does:
   own two processes are not counted) and, over a limit, SIGKILLs all of it at once;
   the reason (``memory limit 8192 MiB reached``) goes into EXIT's ``limit`` and
   ``error``;
+- with ``--stop-file FILE``: a stop recorded before the job runs is honoured. FILE
+  is checked once the signal handlers are in place (then nothing is started), in
+  the forked child right before it executes the command (then it exits without
+  running it) and once more after the start (then the job is stopped as below).
+  With the daemon's SIGTERM that follows every stop, a stop reaches the round at
+  every moment of its start: ``stopped`` in EXIT either way;
 - on SIGTERM/SIGINT/SIGHUP (``stopped``) or when ``--timeout`` expires
   (``timed_out``): SIGTERM (+SIGCONT) to the child's group and every descendant,
-  ``--grace`` seconds, then SIGKILL to all of them;
+  ``--grace`` seconds, then SIGKILL to all of them. In a sandbox the job's own
+  processes get it, not bwrap's; when bwrap has not started the job yet, the
+  SIGTERM waits for it (checked every 10 ms) and the grace counts from there;
 - when the child ends: leftover descendants get SIGTERM, a short grace, SIGKILL;
   all are reaped, the log and IDX are fsynced, and EXIT is written atomically:
   ``{"returncode", "signal", "timed_out", "stopped", "started_at", "ended_at",
@@ -80,6 +88,12 @@ LIMIT_POLL = 0.2
 REVOKED = 3
 """Exit status of a monitor whose launch a restarted daemon revoked (nothing ran)."""
 MIB = 1 << 20
+TERM_POLL = 0.01
+"""How often a stop waiting for a sandboxed job to exist looks for it."""
+PAUSE_LIMIT = 600.0
+"""How long a test pause (``--test-pause``) waits for its release at most."""
+STOPPED_BEFORE_EXEC = "stopped"
+"""The exec report of a child that found the stop file and never ran the command."""
 
 
 # -- small helpers --------------------------------------------------------------
@@ -207,7 +221,7 @@ def claim(path: str, payload: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _write_atomic(path: str, payload: dict[str, Any]) -> None:
+def write_atomic(path: str, payload: dict[str, Any]) -> None:
     folder = os.path.dirname(path) or "."
     tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     data = (json.dumps(payload, indent=1) + "\n").encode()
@@ -299,6 +313,10 @@ class Monitor:
         """Why the round was killed over a limit (``memory limit 8192 MiB reached``)."""
         self.limits_at: float | None = None
         """When the memory and process count are measured next (None: no limits)."""
+        self.term_pending: float | None = None
+        """The grace of a SIGTERM waiting for the sandboxed job to exist (bwrap starting)."""
+        self.never_started = False
+        """A stop came before the command ran: it never did."""
         if args.max_memory_mb is not None or args.max_processes is not None:
             self.limits_at = time.monotonic()
 
@@ -334,6 +352,46 @@ class Monitor:
         """A diagnostic of the shim itself, written to the log as stderr."""
         with contextlib.suppress(OSError):
             self.append_stderr(f"[trainee.shim] {message}\n".encode())
+
+    # stop before the start ----------------------------------------------------
+
+    def stop_recorded(self) -> bool:
+        """True when the session's stop file exists (never followed: only its presence)."""
+        return self.args.stop_file is not None and os.path.lexists(self.args.stop_file)
+
+    def stop_signalled(self) -> bool:
+        """True when a stop signal came before anything started (read from the wake pipe)."""
+        try:
+            data = os.read(self.wake_r, 4096)
+        except BlockingIOError:
+            return False
+        return any(num in STOP_SIGNALS for num in data)
+
+    def stop_before_start(self) -> None:
+        self.stopped = True
+        self.never_started = True
+        self.note("stop requested before the command started: not starting it")
+
+    def stop_after_start(self) -> None:
+        """The stop file appeared while the command was being started: stop it now."""
+        if self.stopped or self.timed_out or self.status is not None:
+            return
+        self.stopped = True
+        self.note("stop requested while the command was starting: stopping the round")
+        self._terminate()
+
+    def test_pause(self, point: str) -> None:
+        """``--test-pause POINT=DIR``: create DIR/POINT.reached, wait for DIR/POINT.go."""
+        for spec in self.args.test_pause or ():
+            name, _, folder = spec.partition("=")
+            if name != point or not folder:
+                continue
+            with open(os.path.join(folder, f"{point}.reached"), "w") as f:
+                f.write(f"{os.getpid()}\n")
+            limit = time.monotonic() + PAUSE_LIMIT
+            go = os.path.join(folder, f"{point}.go")
+            while not os.path.exists(go) and time.monotonic() < limit:
+                time.sleep(0.01)
 
     # start ------------------------------------------------------------------
 
@@ -371,6 +429,9 @@ class Monitor:
         if report:
             stage, _, rest = report.decode(errors="replace").partition(":")
             code, _, text = rest.partition(":")
+            if stage == STOPPED_BEFORE_EXEC:
+                self.stop_before_start()
+                return
             if stage == "chdir":
                 self.error = f"cannot enter the working directory {self.args.cwd!r}: {text}"
             else:
@@ -394,6 +455,10 @@ class Monitor:
             os.dup2(devnull, 0)
             os.dup2(self.out_fd, 1)
             os.dup2(err_w, 2)
+            if self.stop_recorded():
+                # the stop came after the monitor's own check: never run the command
+                os.write(exec_w, f"{STOPPED_BEFORE_EXEC}:0:stop requested".encode())
+                os._exit(0)
             stage = "exec"
             os.execvpe(self.argv[0], self.argv, self.env)
         except OSError as exc:
@@ -419,7 +484,7 @@ class Monitor:
         return found is None
 
     def write_state(self) -> None:
-        _write_atomic(
+        write_atomic(
             self.args.state,
             {
                 "pid": os.getpid(),
@@ -464,6 +529,8 @@ class Monitor:
             deadlines.append(self.err_flush_at)
         if self.limits_at is not None and not self.killed:
             deadlines.append(self.limits_at)
+        if self.term_pending is not None:
+            deadlines.append(now + TERM_POLL)
         return max(0.0, min(deadlines) - now) if deadlines else None
 
     def _step(self, timeout: float | None) -> None:
@@ -557,6 +624,8 @@ class Monitor:
             self.timed_out = True
             self.note(f"timeout of {self.args.timeout:g} s reached: stopping the round")
             self._terminate()
+        if self.term_pending is not None and self.status is None and not self.killed:
+            self._deliver_pending()
         if self.kill_at is not None and not self.killed and now >= self.kill_at:
             self._kill()
         if self.limits_at is not None and not self.killed and now >= self.limits_at:
@@ -597,11 +666,29 @@ class Monitor:
         # (--die-with-parent, pid namespace): the job inside would get SIGKILL with no
         # grace. So in a sandbox the job's own processes get SIGTERM, bwrap does not.
         gentle = [pid for pid in pids if _comm(pid) != "bwrap"]
+        grace = self.args.grace if grace is None else grace
+        self.kill_at = time.monotonic() + grace
         if len(gentle) != len(pids):
             pgid, pids = None, gentle
+            if not gentle and self.status is None:
+                # bwrap is still setting the sandbox up: the job's process does not
+                # exist yet. The SIGTERM waits for it (SIGKILL after the grace if it
+                # never comes), else the job would start after its stop and run on.
+                self.term_pending = grace
+                return
         _signal_all(pgid, pids, signal.SIGTERM)
         _signal_all(pgid, pids, signal.SIGCONT)
-        self.kill_at = time.monotonic() + (self.args.grace if grace is None else grace)
+
+    def _deliver_pending(self) -> None:
+        """The SIGTERM of a stop that came while bwrap was starting, once the job exists."""
+        assert self.term_pending is not None
+        job = [pid for pid in descendants(os.getpid()) if _comm(pid) != "bwrap"]
+        if not job:
+            return
+        grace, self.term_pending = self.term_pending, None
+        _signal_all(None, job, signal.SIGTERM)
+        _signal_all(None, job, signal.SIGCONT)
+        self.kill_at = time.monotonic() + grace  # the job gets its whole grace
 
     def _kill(self) -> None:
         self.killed = True
@@ -668,6 +755,8 @@ class Monitor:
         sig: str | None = None
         if self.exec_failed:
             returncode = self.exec_code
+        elif self.never_started:
+            pass  # stopped before the command ran: no status of its own
         elif self.status is not None:
             if os.WIFSIGNALED(self.status):
                 sig = _signal_name(os.WTERMSIG(self.status))
@@ -678,7 +767,7 @@ class Monitor:
         for fd in (self.log_fd, self.idx_fd):
             with contextlib.suppress(OSError):
                 os.fsync(fd)
-        _write_atomic(self.args.exit, self.exit_record(returncode, sig))
+        write_atomic(self.args.exit, self.exit_record(returncode, sig))
 
 
 def _read_retry(fd: int) -> bytes:
@@ -728,6 +817,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ready-fd", type=int, default=None, help="write READY here once running")
     p.add_argument("--token", default=None, help="the launch's token, kept in STATE and EXIT")
     p.add_argument("--claim", default=None, help="claim the launch by creating this file")
+    p.add_argument("--stop-file", default=None, help="a stop recorded here: never start")
+    p.add_argument("--test-pause", action="append", default=None, help="POINT=DIR: a test's pause")
     p.add_argument("--max-memory-mb", type=_positive_int, default=None, help="memory limit (MiB)")
     p.add_argument("--max-processes", type=_positive_int, default=None, help="process limit")
     return p
@@ -757,18 +848,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"trainee.shim: cannot open {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 1
+    # handlers first: once the claim names this process, a daemon may signal it
+    mon.install_signals()
     if not mon.claim_launch():
         # a restarted daemon revoked this launch and runs the round again: start nothing
         # (and say nothing: stderr is a round log the new attempt may have replaced)
         return REVOKED
-    mon.install_signals()
-    mon.spawn()
+    # from here on a stop is either in the stop file or a signal this process handles
+    if mon.stop_recorded() or mon.stop_signalled():
+        mon.stop_before_start()
+    else:
+        mon.test_pause("shim.before_exec")
+        mon.spawn()
     try:
+        if not mon.never_started:
+            mon.test_pause("shim.spawned")
+            if mon.stop_recorded():
+                mon.stop_after_start()
         mon.write_state()
         mon.signal_ready()
         if mon.error is not None:
             mon.note(mon.error)
-        mon.run()
+        if not mon.never_started or mon.child is not None:
+            mon.run()
         mon.write_exit()
     except BaseException as exc:
         # A fault of the monitor itself: nothing of the round may outlive it.

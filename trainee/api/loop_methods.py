@@ -346,23 +346,40 @@ async def loop_get(ctx: CallContext, params: w.SessionParams) -> LoopGetResult:
     )
 
 
+STOP_WAIT_SEC = 10.0
+"""How long ``loop_stop`` waits for the session to end by default, before it answers."""
+
+
+class LoopStopParams(w.SessionParams, kw_only=True):
+    wait_sec: Annotated[float, msgspec.Meta(ge=0, le=600)] = STOP_WAIT_SEC
+    """How long to wait for the session to end (its round gets SIGTERM, SIGKILL after
+    the grace) before answering; it goes on ending after that (``ended`` false)."""
+
+
 class LoopStopResult(msgspec.Struct, kw_only=True):
-    """``stopped``: this call stopped the session; false when there was nothing to stop
-    (``message`` says why; ``state`` is then the named or latest session, if any)."""
+    """``stopped``: this call stopped the session (``ended``: it has ended by the time of
+    the answer; else it is still ending and ends within its round's grace); false when
+    there was nothing to stop. ``message`` says what happened, ``state`` is the
+    session's (or the named or latest one's when nothing ran)."""
 
     stopped: bool
     message: str
+    ended: bool = True
     state: LoopGetResult | None = None
 
 
-@registry.method(w.SessionParams, LoopStopResult, name="loop_stop")
-async def loop_stop(ctx: CallContext, params: w.SessionParams) -> LoopStopResult:
-    """Stop a running session and wait for it: its round gets SIGTERM, then SIGKILL after the grace.
+@registry.method(LoopStopParams, LoopStopResult, name="loop_stop")
+async def loop_stop(ctx: CallContext, params: LoopStopParams) -> LoopStopResult:
+    """Stop a running session: its round gets SIGTERM, then SIGKILL after the grace.
 
-    The session ends with stop reason ``user_stop``; its report and ledgers are
-    written. No process of the round survives. Nothing running (or the named
-    session already ended) is not an error: ``stopped`` is false and ``message``
-    says so; an unknown session is NotFound.
+    The stop is recorded before it is delivered, so it reaches the round whatever it
+    is doing (starting, its sandbox being set up, being re-adopted). Waits up to
+    ``wait_sec`` for the session to end and says what happened to its rounds
+    (``round 3 stopped after 1.2 s``, or that a round is still ending). The session
+    ends with stop reason ``user_stop``; its report and ledgers are written. No
+    process of the round survives. Nothing running (or the named session already
+    ended) is not an error: ``stopped`` is false and ``message`` says so; an unknown
+    session is NotFound.
     """
     manager = manager_of(ctx)
     root = resolve.project_root(ctx, params.project_root) if params.project_root else None
@@ -371,14 +388,53 @@ async def loop_stop(ctx: CallContext, params: w.SessionParams) -> LoopStopResult
     except NotFound:
         return await _nothing_to_stop(ctx, params, root)
     rec = running.runner.record
+    store = running.runner.store
+    active = [r.index for r in await store.list_rounds(rec.index) if r.status not in ROUND_FINISHED]
+    asked = time.time()
     with contextlib.suppress(NotFound):  # it ended on its own between the two calls
-        await manager.stop(rec.project_root, rec.id)
+        await manager.stop(rec.project_root, rec.id, wait=False)
+    with anyio.move_on_after(params.wait_sec):
+        await running.done.wait()
+    ended = running.done.is_set()
+    rounds = {r.index: r for r in await store.list_rounds(rec.index)}
+    spec = running.runner.spec
+    grace = spec.advanced.stop_grace_sec if spec is not None else None
+    message = stop_message(
+        rec.id, [rounds[i] for i in active if i in rounds], asked, grace, ended=ended
+    )
     state = await loop_get(ctx, w.SessionParams(session=rec.id, project_root=rec.project_root))
-    return LoopStopResult(stopped=True, message=f"{rec.id} stopped", state=state)
+    return LoopStopResult(stopped=True, message=message, ended=ended, state=state)
+
+
+def stop_message(
+    session: str, rounds: list[RoundRecord], asked: float, grace: float | None, *, ended: bool
+) -> str:
+    """What a stop did to the rounds that ran when it came (one clause each)."""
+    ending = [r for r in rounds if r.status not in ROUND_FINISHED]
+    if ending:
+        names = _round_names([r.index for r in ending])
+        verb = "is" if len(ending) == 1 else "are"
+        within = f" (grace {grace:g} s)" if grace is not None else ""
+        return f"stop requested for {session}; {names} {verb} still ending{within}"
+    if not ended:
+        return f"stop requested for {session}; it is still ending"
+    if not rounds:
+        return f"stopped {session} (no round was running)"
+    parts = []
+    for r in rounds:
+        after = f" after {max(0.0, r.ended_at - asked):.1f} s" if r.ended_at else ""
+        parts.append(f"round {r.index} {r.status}{after}")
+    return f"stopped {session}: " + ", ".join(parts)
+
+
+def _round_names(indexes: list[int]) -> str:
+    if len(indexes) == 1:
+        return f"round {indexes[0]}"
+    return "rounds " + ", ".join(str(i) for i in indexes)
 
 
 async def _nothing_to_stop(
-    ctx: CallContext, params: w.SessionParams, root: str | None
+    ctx: CallContext, params: LoopStopParams, root: str | None
 ) -> LoopStopResult:
     where = f" in {root}" if root else ""
     if root is None and ctx.services.project_root is None:

@@ -91,6 +91,16 @@ class _OptionError(argparse.ArgumentTypeError):
     """A value check whose message names the option itself (no "argument X:" prefix)."""
 
 
+def _stop_wait(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 600:
+        raise argparse.ArgumentTypeError(f"must be 0 to 600 seconds, got {text!r}")
+    return value
+
+
 def _session_id(option: str) -> Callable[[str], str]:
     """An argparse type: ``1``, ``0001`` or ``session-0001``, as ``session-0001``."""
 
@@ -347,6 +357,13 @@ def build_parser(only: str | None = None) -> Parser:
         help=SESSION_HELP + " (default: the running one)",
     )
     p.add_argument("--project-root", default=None, help=PROJECT_HELP)
+    p.add_argument(
+        "--wait",
+        type=_stop_wait,
+        default=10.0,
+        metavar="SEC",
+        help="wait this long for the session to end (default 10; it goes on ending after)",
+    )
 
     p = add("attach")
     p.add_argument("session", type=_session_id("SESSION"), help=SESSION_HELP)

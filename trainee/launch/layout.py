@@ -132,6 +132,13 @@ class SessionLayout:
     def control(self) -> Path:
         return self.project.control / self.id
 
+    @property
+    def stop_file(self) -> Path:
+        """``stop.json``: a stop of the session, recorded before it is delivered; every
+        monitor of the session checks it before it starts the job (see
+        :mod:`trainee.monitor.stopfile`)."""
+        return self.control / "stop.json"
+
     def round(self, index: int, *, legacy: bool = False) -> RoundLayout:
         """Round ``index``; ``legacy``: launched before the control folder existed."""
         return RoundLayout(self, index, legacy)
@@ -178,6 +185,11 @@ class RoundLayout:
     @property
     def monitor_file(self) -> Path:
         return self.control / "monitor.json"
+
+    @property
+    def stop_file(self) -> Path:
+        """The session's stop record (:attr:`SessionLayout.stop_file`)."""
+        return self.session.stop_file
 
     def claim_file(self, token: str) -> Path:
         """Created once by whoever decides a launch's fate first: its monitor (or job

@@ -45,7 +45,7 @@ from watchfiles import awatch
 
 from trainee import jobfiles, shim
 from trainee.errors import InvalidState, LaunchError
-from trainee.testhooks import crash_point
+from trainee.testhooks import crash_point, pause_wanted, wait_released
 
 __all__ = [
     "Claim",
@@ -90,6 +90,8 @@ class RoundPaths(Protocol):
     def exit_file(self) -> Path: ...
     @property
     def monitor_file(self) -> Path: ...
+    @property
+    def stop_file(self) -> Path: ...
     def claim_file(self, token: str) -> Path: ...
 
 
@@ -313,6 +315,8 @@ def build_shim_argv(
     cmd += ["--log", str(rnd.log), "--index", str(rnd.log_index)]
     cmd += ["--exit", str(rnd.exit_file), "--state", str(rnd.monitor_file)]
     cmd += ["--grace", repr(float(grace_sec)), "--cwd", cwd]
+    # a stop recorded before the command runs keeps it from running (see trainee.shim)
+    cmd += ["--stop-file", str(rnd.stop_file)]
     if timeout_sec is not None:
         cmd += ["--timeout", repr(float(timeout_sec))]
     if ready_fd is not None:
@@ -323,6 +327,10 @@ def build_shim_argv(
         cmd += ["--max-memory-mb", str(limits.memory_mb)]
     if limits is not None and limits.processes is not None:
         cmd += ["--max-processes", str(limits.processes)]
+    for point in ("shim.before_exec", "shim.spawned"):
+        folder = pause_wanted(point)
+        if folder is not None:
+            cmd += ["--test-pause", f"{point}={folder}"]
     return [*cmd, "--", *argv]
 
 
@@ -368,6 +376,9 @@ async def spawn_round(
             f"working directory of the round does not exist: {cwd}",
             data={"field": "cwd", "reason": "not a directory"},
         )
+    pause = pause_wanted("monitor.before_spawn")
+    if pause is not None:
+        await anyio.to_thread.run_sync(wait_released, "monitor.before_spawn", pause)
     previous = read_state(rnd.monitor_file)
     if previous is not None:
         old = RoundHandle(previous.pid, previous.start_time, "", "", "", "")

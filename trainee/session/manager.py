@@ -27,6 +27,7 @@ from trainee.integrations import SUBSCRIBED_KINDS, SessionIntegrations
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import is_secret_name
 from trainee.llm.settings import LlmSettings, load_settings
+from trainee.monitor import stopfile
 from trainee.policies import POLICIES
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, journal_section
 from trainee.session.bus import EventBus
@@ -246,8 +247,15 @@ class SessionManager:
 
     def _spawn(self, store: Store, record: SessionRecord, *, restarted: bool = False) -> Running:
         assert self._tg is not None, "the manager is not running"
-        control = SessionControl()
         env = self.full_env(record)
+        stop_file = ProjectLayout.for_root(record.project_root, env).session(record.index).stop_file
+        control = SessionControl(stop_file=stop_file)
+        reason = stopfile.recorded(stop_file) if restarted else None
+        if reason is not None:
+            # stopped, but the daemon died before the stop was through: finish it now
+            control.request_stop(reason)
+        else:
+            stopfile.clear(stop_file)  # a new start or a resume: an old stop is done
         runner = SessionRunner(
             store=store,
             layout=ProjectLayout.for_root(record.project_root, env),

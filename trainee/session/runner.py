@@ -42,6 +42,7 @@ from trainee.launch.sandbox import check_bwrap, wrap
 from trainee.llm.settings import load_settings
 from trainee.metrics.extract import Extractor, MetricPoint
 from trainee.metrics.tb_source import require_tensorboard
+from trainee.monitor import stopfile
 from trainee.monitor.activity import Activity
 from trainee.monitor.process import ExitInfo, Limits, revoke_launch
 from trainee.monitor.tail import Line, tail_files
@@ -100,10 +101,14 @@ class SessionControl:
     stop_requested: anyio.Event = field(default_factory=anyio.Event)
     stop_reason: str = "user_stop"
     decision_scope: anyio.CancelScope | None = None
+    stop_file: Path | None = None
+    """The session's stop record (trainee.monitor.stopfile), written before anything else."""
 
     def request_stop(self, reason: str = "user_stop") -> None:
         """Stop after cleaning up: the running round gets SIGTERM, a pending decision is dropped."""
         if not self.stop_requested.is_set():
+            if self.stop_file is not None:
+                stopfile.record(self.stop_file, reason)  # a monitor starting now sees it
             self.stop_reason = reason
             self.stop_requested.set()
         if self.decision_scope is not None:

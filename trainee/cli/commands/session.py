@@ -116,8 +116,8 @@ def _start_session(params: dict[str, Any], root: str) -> dict[str, Any] | None:
         if not interrupted:
             return result
         session = str(result["session"])
-        # the stop waits for the round's grace (and a cluster's): no time limit here; a
-        # session that has already ended is as good as stopped
+        # the daemon answers within loop_stop's wait (the round may still be ending, within
+        # its grace); a session that has already ended is as good as stopped
         with contextlib.suppress(errors.NotFound, errors.InvalidState):
             client.call("loop_stop", {"project_root": root, "session": session}, timeout=None)
         sys.stderr.write(f"{session} stopped\n")
@@ -144,15 +144,16 @@ def _session_params(args: argparse.Namespace, session: str | None) -> dict[str, 
 
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the named (or running) session; nothing running is success, said so."""
-    result = daemon_client.call("loop_stop", _session_params(args, args.session), timeout=None)
+    params = {**_session_params(args, args.session), "wait_sec": args.wait}
+    # the daemon answers after at most --wait seconds; the socket's limit is above that
+    result = daemon_client.call("loop_stop", params, timeout=args.wait + 30)
     if args.json:
         print_json(result)
         return 0
-    if not result["stopped"]:
-        sys.stdout.write(f"{result['message']}\n")
-        return 0
-    rec = result["state"]["session"]
-    sys.stdout.write(f"{rec['id']}: {rec['status']} ({rec.get('stop_reason')})\n")
+    sys.stdout.write(f"{result['message']}\n")
+    if result["stopped"] and not result.get("ended", True):
+        rec = result["state"]["session"]
+        sys.stdout.write(f"it ends within its grace; see it with: trainee status {rec['id']}\n")
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anyio
 
+from trainee import testhooks
 from trainee.launch.backends.base import JobRef, RoundJob, StateCallback
 from trainee.monitor.process import (
     ExitInfo,
@@ -51,6 +52,7 @@ class LocalBackend:
             token=job.token,
             limits=job.limits,
         )
+        await _test_pause("backend.submitted")
         return JobRef(
             backend=self.name, pid=handle.pid, start_time=handle.start_time, token=job.token
         )
@@ -68,6 +70,7 @@ class LocalBackend:
             request_stop(handle)
 
     async def adoptable(self, ref: JobRef, job: RoundJob) -> bool:
+        await _test_pause("backend.adopting")
         handle = handle_of(ref, job)
         return handle is not None and (is_alive(handle) or exit_of(handle) is not None)
 
@@ -98,3 +101,9 @@ class LocalBackend:
         return JobRef(
             backend="local", pid=state.pid, start_time=state.start_time, token=state.token
         )
+
+
+async def _test_pause(point: str) -> None:
+    folder = testhooks.pause_wanted(point)
+    if folder is not None:
+        await anyio.to_thread.run_sync(testhooks.wait_released, point, folder)
