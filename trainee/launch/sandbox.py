@@ -576,6 +576,7 @@ def wrap(
         layout=rnd,
         cwd=rendered.cwd,
         network=network,
+        extra_ro=[os.path.join(spec.project_root, p) for p in spec.advanced.read_only_paths],
         bwrap=bwrap,
         env=rendered.env,
         caller_env=caller_env,

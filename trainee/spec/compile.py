@@ -314,6 +314,7 @@ class _Compiler:
         self._check_run()
         working_dir = self._check_working_dir()
         self._check_data()
+        self._check_read_only_paths()
         self._check_output()
         self._check_metrics()
         self._check_prune()
@@ -471,6 +472,22 @@ class _Compiler:
     def _check_data(self) -> None:
         for i, item in enumerate(self.project.data):
             self._inside(self.psrc, ("data", i, "path"), item.path, kind="any", label="the project")
+
+    def _check_read_only_paths(self) -> None:
+        homes = {os.path.realpath(os.path.expanduser("~")), "/home", "/root"}
+        for i, raw in enumerate(self.project.advanced.read_only_paths):
+            where: FieldPath = ("advanced", "read_only_paths", i)
+            real = os.path.realpath(self.root / raw)
+            if not os.path.exists(real):
+                raise self.fail(self.psrc, where, f"{raw!r} does not exist (resolved: {real})")
+            held = [h for h in sorted(homes) if h == real or h.startswith(real.rstrip("/") + "/")]
+            if real == "/" or held:
+                raise self.fail(
+                    self.psrc,
+                    where,
+                    f"{raw!r} is {real}, which holds {held[0] if held else 'everything'}: "
+                    "name the folder the job reads, not one holding a HOME",
+                )
 
     def _check_output(self) -> None:
         self._check_output_flag()

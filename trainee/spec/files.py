@@ -437,6 +437,9 @@ class AdvancedSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     (``./mlruns``, ``lightning_logs/``, ``grid.png``) lands in the round's folder instead
     of failing on the read-only project. Default (None): on for guarded rounds whose
     working folder is the project root."""
+    read_only_paths: tuple[NonEmptyStr, ...] = ()
+    """Folders or files outside the project a guarded job may read (bound read-only at
+    the same path), e.g. a dataset folder beside the project: ``../../Datasets``."""
     heartbeat_interval_sec: Annotated[float, Meta(gt=0)] = 5.0
     signal_sources: tuple[SignalSourceSpec, ...] = ()
     log_paths: tuple[NonEmptyStr, ...] = ()
