@@ -10,9 +10,11 @@ import anyio
 import msgspec
 
 import trainee
+from trainee import states
 from trainee.api.context import CallContext
 from trainee.api.registry import Registry
 from trainee.errors import InvalidParams, InvalidState, LimitExceeded, NotFound
+from trainee.policies import POLICIES, needs_provider
 from trainee.spec import wire as w
 
 registry = Registry()
@@ -43,6 +45,8 @@ async def daemon_hello(ctx: CallContext, params: w.NoParams) -> w.HelloResult:
         http_url=s.http_url,
         project_root=str(s.project_root) if s.project_root else None,
         capabilities=registry.names(),
+        states=states.published(),
+        policies={name: needs_provider(name) for name in POLICIES},
     )
 
 

@@ -76,6 +76,10 @@ class HelloResult(Wire):
     http_url: str | None
     project_root: str | None
     capabilities: list[str]
+    states: dict[str, Any]
+    """``trainee.states.published()``: every status and stop reason, the finished sets."""
+    policies: dict[str, bool]
+    """Each decision policy by name: whether it needs an LLM provider."""
 
 
 class ToolsListParams(Wire):
