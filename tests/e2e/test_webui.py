@@ -603,3 +603,33 @@ def test_offline_defaults_random_decisions_and_the_editor_at_1280(
     assert_fits(page, "main")
     assert_fits(page, "#sidebar")
     assert w.errors == []
+
+
+def test_a_stop_that_fails_says_so(browser: Browser, offline_daemon: Daemon, project: Path) -> None:
+    """The daemon is gone when Stop is pressed: the page says the session did not stop
+    and offers Stop again (the round, held, goes on under its monitor and then ends)."""
+    hold = project / "hold"
+    hold_rounds(project, hold)
+    try:
+        w = open_dashboard(browser, offline_daemon, project)
+        page = w.page
+        form = page.locator("main form.start-form")
+        expect(form.get_by_label("Decision policy")).to_have_value("random")
+        form.get_by_label("Security mode").select_option("unsafe")
+        form.get_by_role("button", name="Start session").click()
+        page.wait_for_url(re.compile(r"#/session\?"))
+        expect(page.locator(".live-card.live h2")).to_contain_text("Round 1", timeout=60_000)
+        offline_daemon.stop()
+        page.get_by_role("button", name="Stop session").click()
+        error = page.locator(".error-box", has_text="The session did not stop")
+        expect(error).to_contain_text("no answer from the daemon")
+        expect(page.get_by_role("button", name="Stop session")).to_be_enabled()
+        expect(page.locator(".session-status .stopping")).to_have_count(0)
+        expect(page.locator(".live-card .activity")).not_to_contain_text("quiet for")
+        w.shot("13-stop-failed")
+    finally:
+        hold.unlink(missing_ok=True)
+    deadline = time.monotonic() + 60
+    while training_left(project) and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert training_left(project) == []

@@ -119,7 +119,8 @@ export function startForm(ctx, root, { onStarted } = {}) {
   );
   const rounds = h("input", { type: "number", min: "1", name: "rounds", placeholder: "rounds", "aria-label": "Max rounds" });
   const out = h("div.form-out");
-  const button = h("button.btn.primary", { type: "submit" }, "Start session");
+  // enabled once the policy is chosen (a click before would start the first one listed)
+  const button = h("button.btn.primary", { type: "submit", disabled: true }, "Start session");
   const form = h(
     "form.start-form",
     {
@@ -161,6 +162,8 @@ export function startForm(ctx, root, { onStarted } = {}) {
     if (own && chosen !== own) {
       policyNote.replaceChildren(`The project's policy, ${own}, needs an LLM provider and none is configured (Settings): ${chosen} instead.`);
     }
+  }).finally(() => {
+    button.disabled = false;
   });
   return form;
 }

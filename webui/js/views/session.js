@@ -4,7 +4,7 @@
 // The event stream opens first; its ``ready`` event triggers the snapshot (loop_get),
 // and the events that arrive meanwhile are applied on top, so nothing falls between.
 
-import { call, EventStream, roundLog, roundMetrics, fileUrl } from "../api.js";
+import { ApiError, call, EventStream, roundLog, roundMetrics, fileUrl } from "../api.js";
 import { curveChart, roundChart } from "../charts.js";
 import { badge, emptyState, fmtChange, fmtDuration, fmtNum, fmtTime, fmtValue, h, replace, tag } from "../dom.js";
 import { LogView } from "../logview.js";
@@ -385,7 +385,7 @@ export class SessionView {
         this.running = false;
       }
     } catch (err) {
-      problem = err.message;
+      problem = err instanceof ApiError ? err.message : `no answer from the daemon (${err.message})`;
     }
     this.stopping = false;
     if (problem) {
@@ -459,10 +459,17 @@ export class SessionView {
     }
     if (!this.liveEls) return;
     const r = this.liveEls.round;
-    if (r.started_at) this.liveEls.elapsed.textContent = fmtDuration(now - r.started_at);
+    const el = this.liveEls.activity;
+    if (!r.started_at) {
+      // launched but not yet started (a queued job, a round being set up)
+      this.liveEls.elapsed.textContent = "–";
+      el.classList.remove("active", "quiet");
+      el.textContent = "not started yet";
+      return;
+    }
+    this.liveEls.elapsed.textContent = fmtDuration(now - r.started_at);
     const last = Math.max(r.last_activity_at || 0, this.live.round === r.index ? this.live.lastOutput || 0 : 0, r.started_at || 0);
     const quiet = now - last;
-    const el = this.liveEls.activity;
     el.classList.toggle("active", quiet < ACTIVE_SEC);
     el.classList.toggle("quiet", quiet >= QUIET_WARN_SEC);
     el.textContent = quiet < ACTIVE_SEC ? "● active" : `quiet for ${fmtDuration(quiet)}`;
