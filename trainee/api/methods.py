@@ -32,7 +32,9 @@ MAX_WATCHES = 32
 async def daemon_hello(ctx: CallContext, params: w.NoParams) -> w.HelloResult:
     """Identify the daemon: version, API version, pid and the methods it can serve.
 
-    Clients call this first; ``capabilities`` lists the methods of this version.
+    Clients call this first; ``capabilities`` lists the methods of this version,
+    ``states`` every round and session status and stop reason (the page reads them from
+    here), ``policies`` each decision policy and whether it needs an LLM provider.
     """
     s = ctx.services
     return w.HelloResult(
