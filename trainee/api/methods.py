@@ -33,8 +33,9 @@ async def daemon_hello(ctx: CallContext, params: w.NoParams) -> w.HelloResult:
     """Identify the daemon: version, API version, pid and the methods it can serve.
 
     Clients call this first; ``capabilities`` lists the methods of this version,
-    ``states`` every round and session status and stop reason (the page reads them from
-    here), ``policies`` each decision policy and whether it needs an LLM provider.
+    ``states`` the statuses and stop reasons (what is finished, what each reason ends
+    as; the page reads them from here), ``policies`` each decision policy and whether
+    it needs an LLM provider.
     """
     s = ctx.services
     return w.HelloResult(
@@ -47,7 +48,7 @@ async def daemon_hello(ctx: CallContext, params: w.NoParams) -> w.HelloResult:
         http_url=s.http_url,
         project_root=str(s.project_root) if s.project_root else None,
         capabilities=registry.names(),
-        states=states.published(),
+        states=msgspec.convert(states.published(), w.PublishedStates),
         policies={name: needs_provider(name) for name in POLICIES},
     )
 

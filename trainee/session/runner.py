@@ -15,6 +15,7 @@ import glob
 import hashlib
 import logging
 import math
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -36,7 +37,7 @@ from trainee.jobfiles import find_job_files
 from trainee.launch.backends import Backend, JobRef, JobState, RoundJob, make_backend
 from trainee.launch.backends.base import clear_job_files
 from trainee.launch.layout import CONTROL_LAYOUT, ProjectLayout, RoundLayout, SessionLayout
-from trainee.launch.render import build_env, render_round
+from trainee.launch.render import build_env, job_cwd, render_round
 from trainee.launch.sandbox import check_bwrap, wrap
 from trainee.llm.settings import load_settings
 from trainee.metrics.extract import Extractor, MetricPoint
@@ -64,6 +65,7 @@ from trainee.session.inputs import (
 )
 from trainee.session.policy import Policy, Proposal, full_params, propose_batch
 from trainee.spec import ProjectSpec, SecurityMode, load_project
+from trainee.spec.files import job_path_base
 from trainee.spec.wire import Event
 from trainee.store.db import Store
 from trainee.store.export import write_ledgers, write_report, write_research_state
@@ -809,14 +811,20 @@ class SessionRunner:
         assert self.backend is not None
         backend = self.backend
         placeholders = rnd.placeholders()
+        # relative metric, log and signal paths: in the scratch folder the job writes,
+        # else in the project
+        cwd = job_cwd(spec, rnd, self._security_mode())
+        if cwd == spec.working_dir:
+            cwd = str(self.layout.project_root)
         extractor = Extractor(
             spec.metrics.specs,
             placeholders=placeholders,
             project_root=str(self.layout.project_root),
+            cwd=cwd,
             # a wandb_summary without path: the newest W&B run of this round, found
             # below the round's WANDB_DIR or the working folder (its summary is written
             # while the job runs, so after this time)
-            wandb_dirs=(build_env(spec, rnd, {}, create=False)["WANDB_DIR"], spec.working_dir),
+            wandb_dirs=(build_env(spec, rnd, {}, create=False)["WANDB_DIR"], cwd),
             since=rec.started_at or time.time(),
         )
         # Re-parse from the start for metrics; show only what was not shown before.
@@ -830,7 +838,7 @@ class SessionRunner:
             str(rnd.session.artifacts.resolve()),
         ]
         offsets: dict[str, int] = {}
-        patterns = [str(rnd.log)] + [_fill(p, placeholders, spec) for p in spec.advanced.log_paths]
+        patterns = [str(rnd.log)] + [_fill(p, placeholders, cwd) for p in spec.advanced.log_paths]
         tail_lines: list[str] = []
         last_activity = time.time()
         last_save = 0.0
@@ -912,7 +920,7 @@ class SessionRunner:
             self.emit("round.state", {"round": rec.index, "state": str(state), "detail": detail})
 
         activity = Activity(started_at=time.time(), within=within)
-        mtime_globs, heartbeat_globs = _signal_globs(spec, placeholders)
+        mtime_globs, heartbeat_globs = _signal_globs(spec, placeholders, cwd)
 
         async def watch_signals() -> None:
             """Passive: log-file mtimes and heartbeat files only update the activity time."""
@@ -1071,6 +1079,7 @@ class SessionRunner:
                     metric_name=metric or "metric",
                     goal=goal,
                     decisions=decisions,
+                    tunables=self.spec.tunables if self.spec is not None else (),
                 )
 
         await anyio.to_thread.run_sync(write)
@@ -1144,7 +1153,7 @@ def _extract(extractor: Extractor, by_file: dict[str, list[str]]) -> list[Metric
 
 
 def _signal_globs(
-    spec: ProjectSpec, placeholders: Mapping[str, str]
+    spec: ProjectSpec, placeholders: Mapping[str, str], cwd: str
 ) -> tuple[list[str], list[str]]:
     """Absolute globs of the file-based activity signals: (mtime files, heartbeat files)."""
     mtimes: list[str] = []
@@ -1152,7 +1161,7 @@ def _signal_globs(
     for source in spec.advanced.signal_sources:
         target = beats if str(source.type) == "heartbeat_file" else mtimes
         if str(source.type) in ("log_file_mtime", "heartbeat_file"):
-            target.extend(_fill(p, placeholders, spec) for p in source.paths)
+            target.extend(_fill(p, placeholders, cwd) for p in source.paths)
     return mtimes, beats
 
 
@@ -1184,12 +1193,14 @@ def _status_of(info: ExitInfo, missing_required: list[str]) -> str:
     return "completed"
 
 
-def _fill(pattern: str, placeholders: Mapping[str, str], spec: ProjectSpec) -> str:
+def _fill(pattern: str, placeholders: Mapping[str, str], cwd: str) -> str:
+    """A job file's path: placeholders filled, relative to the job's working folder."""
     text = pattern
     for key, value in placeholders.items():
         text = text.replace("{" + key + "}", value)
     if not text.startswith("/"):
-        text = str(spec.root_path / text)
+        base = job_path_base(text, cwd=cwd, project_root=placeholders["project_root"])
+        text = os.path.join(base, text)
     return text
 
 
