@@ -201,7 +201,7 @@ export function curveChart({ series, finals = new Map(), round, selected, onSele
         "select.curve-metric",
         { "aria-label": "Metric shown", onchange: (e) => onSelect && onSelect(e.target.value) },
         [...new Set([...(name ? [] : [selected]), ...names])].filter(Boolean).map((n) =>
-          h("option", { value: n, selected: n === (name || selected) }, names.includes(n) ? n : `${n} (no steps yet)`),
+          h("option", { value: n, selected: n === (name || selected) }, names.includes(n) ? n : `${n} (${finals.has(n) ? "final only" : "no steps yet"})`),
         ),
       )
     : null;
@@ -211,7 +211,11 @@ export function curveChart({ series, finals = new Map(), round, selected, onSele
       "div.chart-empty",
       { dataset: { chart: "curve", metric: selected || "" } },
       head,
-      h("p", {}, names.length ? `${selected} has no value by step in this round yet (a final value is listed below); pick another metric to see its curve.` : finals.size ? "No metric with steps in this round." : "No metric points yet."),
+      h("p", {}, names.length
+          ? finals.has(selected)
+            ? `${selected} has only a final value in this round (below), no value by step: pick another metric to see a curve.`
+            : `${selected} has no value by step in this round yet: pick another metric to see a curve.`
+          : finals.size ? "No metric with steps in this round." : "No metric points yet."),
       finalKeys.length ? h("div.legend", {}, finalKeys) : null,
     );
   }
