@@ -103,21 +103,18 @@ def project(tmp_path: Path) -> Path:
     return target
 
 
-@pytest.fixture
-def llm_daemon(short_dir: Path, fake: FakeLLM) -> Iterator[Daemon]:
+def offline_env(short_dir: Path) -> dict[str, str]:
+    """A daemon's environment without any LLM provider."""
     env = {
         k: v
         for k, v in base_env(short_dir).items()
         if not k.startswith(("OPENAI_", "ANTHROPIC_", "MOONSHOT_", "LLM_PROVIDER"))
     }
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env.update(
-        TRAINEE_LLM_PROVIDER="openai_compatible",
-        TRAINEE_LLM_BASE_URL=fake.openai_base_url,
-        TRAINEE_LLM_MODEL="fake-model",
-        TRAINEE_LLM_API_KEY=FAKE_KEY,
-    )
-    d = Daemon(runtime=short_dir, env=env)
+    return env
+
+
+def started(d: Daemon) -> Iterator[Daemon]:
     line = d.start()
     assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
     try:
@@ -125,6 +122,24 @@ def llm_daemon(short_dir: Path, fake: FakeLLM) -> Iterator[Daemon]:
     finally:
         d.stop()
         _kill_leftover_daemons(d)
+
+
+@pytest.fixture
+def offline_daemon(short_dir: Path) -> Iterator[Daemon]:
+    """No provider configured: the page must offer a policy that needs none."""
+    yield from started(Daemon(runtime=short_dir, env=offline_env(short_dir)))
+
+
+@pytest.fixture
+def llm_daemon(short_dir: Path, fake: FakeLLM) -> Iterator[Daemon]:
+    env = offline_env(short_dir)
+    env.update(
+        TRAINEE_LLM_PROVIDER="openai_compatible",
+        TRAINEE_LLM_BASE_URL=fake.openai_base_url,
+        TRAINEE_LLM_MODEL="fake-model",
+        TRAINEE_LLM_API_KEY=FAKE_KEY,
+    )
+    yield from started(Daemon(runtime=short_dir, env=env))
 
 
 @pytest.fixture
@@ -178,6 +193,54 @@ def chart_points(page: Page) -> int:
     return int(value)
 
 
+def hold_rounds(project: Path, hold: Path, *, free_round: int | None = None) -> None:
+    """Launch through held.py: a round waits (printing) while ``hold`` exists, so the page
+    sees it running however fast the machine is; ``free_round`` never waits."""
+    hold.write_text("")
+    free = f"if os.environ.get('TRAINEE_ROUND_INDEX') != '{free_round}':\n" if free_round else ""
+    indent = "    " if free_round else ""
+    (project / "held.py").write_text(
+        "import os, runpy, sys, time\n"
+        + free
+        + f"{indent}while os.path.exists({str(hold)!r}):\n"
+        + f"{indent}    print('holding', flush=True)\n{indent}    time.sleep(0.05)\n"
+        + "sys.argv[0] = 'train.py'\nrunpy.run_path('train.py', run_name='__main__')\n"
+    )
+    spec = project / ".trainee" / "project.yaml"
+    spec.write_text(spec.read_text().replace("- train.py", "- held.py"))
+
+
+# Every element of a region whose content is wider than its box (cut, truncated or
+# scrolled sideways): an input whose value does not fit counts too.
+OVERFLOWING = """(root) => {
+  const out = [];
+  for (const el of document.querySelectorAll(root + ', ' + root + ' *')) {
+    if (!el.getClientRects().length || el.closest('pre, .log-body, svg')) continue;
+    if (el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0) {
+      const name = el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+        + (el.className && typeof el.className === 'string' ? '.' + el.className.trim().split(/\\s+/).join('.') : '')
+        + (el.getAttribute('aria-label') ? `[${el.getAttribute('aria-label')}]` : '');
+      out.push(`${name}: ${el.scrollWidth} > ${el.clientWidth}`);
+    }
+    if (el.tagName === 'SELECT' && el.selectedOptions.length) {  // its text cut?
+      const cs = getComputedStyle(el);
+      const ctx = (window.__measure ||= document.createElement('canvas').getContext('2d'));
+      ctx.font = cs.font;
+      const text = el.selectedOptions[0].textContent;
+      const need = ctx.measureText(text).width + parseFloat(cs.paddingLeft)
+        + parseFloat(cs.paddingRight) + 18;  // the arrow
+      if (need > el.clientWidth + 1) out.push(`select "${text}": ${Math.ceil(need)} > ${el.clientWidth}`);
+    }
+  }
+  return out;
+}"""
+
+
+def assert_fits(page: Page, root: str) -> None:
+    found = page.evaluate(OVERFLOWING, root)
+    assert found == [], f"wider than their box in {root}:\n" + "\n".join(found)
+
+
 def training_left(project: Path) -> list[str]:
     root = str(project.resolve())
     found = []
@@ -197,6 +260,8 @@ def training_left(project: Path) -> list[str]:
 def test_start_watch_inspect_and_stop_a_session(
     browser: Browser, llm_daemon: Daemon, project: Path, fake: FakeLLM
 ) -> None:
+    hold = project / "hold"
+    hold_rounds(project, hold)  # round 1 runs until the page has seen it live
     w = open_dashboard(browser, llm_daemon, project)
     page = w.page
     expect(page.locator("main")).to_contain_text("No session yet")
@@ -223,10 +288,34 @@ def test_start_watch_inspect_and_stop_a_session(
 
     page.wait_for_url(re.compile(r"#/session\?"))
     expect(page.locator("main h1")).to_have_text("mlp-flags · session-0001")
-    expect(page.locator(".live-card.running h2")).to_contain_text("Round")
-    expect(page.locator(".log-panel .log-body")).to_contain_text("epoch=", timeout=60_000)
+    expect(page.locator(".live-card.live h2")).to_contain_text("Round 1")
+    expect(page.locator(".log-panel .log-body")).to_contain_text("holding", timeout=60_000)
+    # the running round's Duration ticks in the rounds table
+    ticking = """(t) => document.querySelector(
+      'table.rounds tr[data-round="1"] td.duration').textContent !== t"""
+    duration = page.locator('table.rounds tr[data-round="1"] td.duration')
+    page.wait_for_function(ticking, arg=duration.inner_text())
     expect(page.locator(".live-card .activity")).to_be_visible()
     w.shot("02-live-round")
+    # the running round's dialog follows it: running, ticking, then its outcome
+    page.locator(".live-card").get_by_role("link", name="Details").click()
+    dialog = page.locator("dialog.round-dialog")
+    expect(dialog.locator(".round-status")).to_have_text(" running")
+    fact = dialog.locator(".round-summary dd[data-fact=Duration]")
+    page.wait_for_function(
+        "(t) => document.querySelector('.round-summary dd[data-fact=Duration]').textContent !== t",
+        arg=fact.inner_text(),
+    )
+    w.shot("02-round-dialog-running")
+    hold.unlink()
+    expect(dialog.locator(".round-status")).to_have_text(" completed", timeout=60_000)
+    expect(dialog.locator(".round-summary dd[data-fact=Metric]")).not_to_have_text("\N{EN DASH}")
+    expect(dialog.locator(".round-summary dd[data-fact=Outcome]")).to_contain_text("baseline")
+    expect(dialog.locator(".log-body")).to_contain_text("final val_loss=")
+    dialog.get_by_role("tab", name="Agent trace").click()
+    expect(dialog.get_by_role("tabpanel", name="Agent trace")).to_contain_text("completed")
+    dialog.get_by_role("button", name="Close").click()
+    expect(dialog).to_have_count(0)
 
     # rounds appear live and the chart gains points, without reloading the page
     expect(page.locator("table.rounds tbody tr")).to_have_count(3, timeout=60_000)
@@ -242,7 +331,31 @@ def test_start_watch_inspect_and_stop_a_session(
     expect(row2).to_contain_text(HYPOTHESES[0])
     expect(row2).to_contain_text("lr")
     expect(row2.locator("td").nth(1)).to_contain_text("completed")
-    expect(page.locator(".charts svg.chart").nth(1)).to_be_visible()  # the round's curve
+    # the charts: named, the primary metric's curve, every marker explained, clean axes
+    chart = page.locator("figure[data-chart=rounds]")
+    expect(chart.locator("figcaption")).to_contain_text("val_loss per round")
+    markers = chart.locator("circle.pt").evaluate_all(
+        "cs => [...new Set(cs.map(c => [...c.classList].find(k => k.startsWith('pt-'))))]"
+    )
+    assert "pt-baseline" in markers, markers
+    legend = chart.locator(".legend .key-dot").evaluate_all(
+        "ks => ks.map(k => [...k.classList].find(c => c.startsWith('pt-')))"
+    )
+    assert sorted(legend) == sorted(markers), (legend, markers)
+    labels = chart.locator("g.axes text[text-anchor=end]:not(.label)").evaluate_all(
+        "ts => ts.map(t => t.textContent)"
+    )
+    assert labels and all(float(x) >= 0 for x in labels), labels  # val_loss is never negative
+    assert len({len(x.partition(".")[2]) for x in labels}) == 1, labels  # one format
+    # the curve is of the primary metric: val_loss (printed once, at the end, in this
+    # project); the training loss by step is a choice away
+    curve = page.locator("[data-chart=curve]")
+    expect(curve).to_have_attribute("data-metric", "val_loss")
+    expect(curve.locator("figcaption")).to_contain_text("val_loss by step")
+    expect(curve).to_contain_text("val_loss 0.")
+    curve.get_by_label("Metric shown").select_option("loss")
+    expect(curve).to_have_attribute("data-metric", "loss")
+    expect(curve.locator("svg.chart")).to_be_visible()
     w.shot("03-rounds-and-chart")
 
     # a finished round: its log, its decision (prompt and raw response), its trace
@@ -250,6 +363,11 @@ def test_start_watch_inspect_and_stop_a_session(
     dialog = page.locator("dialog.round-dialog")
     expect(dialog).to_be_visible()
     expect(dialog.locator(".log-body")).to_contain_text("final val_loss=")
+    final = re.search(r"final val_loss=([0-9.]+)", dialog.locator(".log-body").inner_text())
+    assert final, "round 2 printed its metric"
+    shown = str(float(final.group(1)))  # as printed, to the last digit (0.21996, not 0.22)
+    expect(dialog.locator(".round-summary dd[data-fact=Metric]")).to_have_text(shown)
+    expect(row2.locator("td.metric")).to_have_text(shown)
     dialog.get_by_role("tab", name="Decision").click()
     expect(dialog).to_contain_text(HYPOTHESES[0])
     expect(dialog).to_contain_text("openai_compatible")
@@ -261,15 +379,28 @@ def test_start_watch_inspect_and_stop_a_session(
     expect(dialog).to_have_count(0)
     assert "round=" not in page.url
 
-    # stop from the page (the session waits for its fourth decision)
+    # stop from the page (the session waits for its fourth decision): pending until it ended
+    page.evaluate(
+        """() => {
+          window.__stopPending = false;
+          new MutationObserver(() => {
+            const b = [...document.querySelectorAll('.actions button')]
+              .find(b => b.textContent === 'Stopping…');
+            if (b && b.disabled && document.querySelector('.session-status .stopping'))
+              window.__stopPending = true;
+          }).observe(document.body, {subtree: true, childList: true, attributes: true});
+        }"""
+    )
     page.get_by_role("button", name="Stop session").click()
-    expect(page.locator(".session-status .badge")).to_have_text("stopped", timeout=90_000)
+    expect(page.locator(".session-status > .badge")).to_have_text("stopped", timeout=90_000)
     expect(page.locator(".session-status")).to_contain_text("user stop")
     expect(page.get_by_role("button", name="Stop session")).to_have_count(0)
     expect(page.locator('#sidebar a.session-row[data-session="session-0001"]')).to_contain_text(
         "stopped"
     )
     w.shot("05-stopped")
+    assert page.evaluate("window.__stopPending") is True
+    expect(page.locator(".session-status .stopping")).to_have_count(0)
 
     deadline = time.monotonic() + 15
     while training_left(project) and time.monotonic() < deadline:
@@ -382,7 +513,7 @@ def test_a_flooding_round_keeps_the_log_view_bounded(
           }).observe(body, {childList: true});
         }"""
     )
-    expect(page.locator(".session-status .badge")).to_have_text("finished", timeout=60_000)
+    expect(page.locator(".session-status > .badge")).to_have_text("finished", timeout=60_000)
     assert 0 < page.evaluate("window.__maxLines") <= 2000
     assert body.locator(".log-line").count() <= 2000
     # more lines were printed than travelled live: the rest is in the full log
@@ -400,17 +531,10 @@ def test_parallel_candidates_show_as_steps(
     once, and the rounds table gets a Step column. The step's rounds wait (printing)
     while ``hold`` exists, so the page sees them running however fast the machine is."""
     hold = project / "hold"
-    hold.write_text("")
-    (project / "held.py").write_text(
-        "import os, runpy, sys, time\n"
-        "if os.environ.get('TRAINEE_ROUND_INDEX') != '1':\n"
-        f"    while os.path.exists({str(hold)!r}):\n"
-        "        print('holding', flush=True)\n        time.sleep(0.05)\n"
-        "sys.argv[0] = 'train.py'\nrunpy.run_path('train.py', run_name='__main__')\n"
-    )
+    hold_rounds(project, hold, free_round=1)
     spec = project / ".trainee" / "project.yaml"
     text = spec.read_text().replace("max_rounds: 6", "max_rounds: 3\n  parallel: 2")
-    spec.write_text(text.replace("- train.py", "- held.py") + "\ndecision:\n  policy: random\n")
+    spec.write_text(text + "\ndecision:\n  policy: random\n")
     try:
         w = open_dashboard(browser, llm_daemon, project)
         page = w.page
@@ -426,7 +550,7 @@ def test_parallel_candidates_show_as_steps(
         expect(step).to_contain_text("round 3")
         w.shot("06-parallel-step")
         hold.unlink()  # the step's rounds go on
-        expect(page.locator(".session-status .badge")).to_have_text("finished", timeout=90_000)
+        expect(page.locator(".session-status > .badge")).to_have_text("finished", timeout=90_000)
         expect(page.locator("table.rounds thead th").first).to_have_text("Step")
         steps = page.locator("table.rounds tbody tr").evaluate_all(
             "rows => rows.map(r => r.dataset.step)"
@@ -435,3 +559,77 @@ def test_parallel_candidates_show_as_steps(
         assert w.errors == []
     finally:
         hold.unlink(missing_ok=True)
+
+
+def test_offline_defaults_random_decisions_and_the_editor_at_1280(
+    browser: Browser, offline_daemon: Daemon, project: Path
+) -> None:
+    """No provider: the start form offers a policy that needs none; a random session's
+    decisions show no empty prompt and its report no " / " provider; the sidebar, the
+    session and the project editor fit a 1280x800 window (nothing cut or truncated)."""
+    w = open_dashboard(browser, offline_daemon, project)
+    page = w.page
+    form = page.locator("main form.start-form")
+    expect(form.get_by_label("Decision policy")).to_have_value("random")
+    expect(form.locator(".policy-note")).to_contain_text("needs an LLM provider")
+    assert_fits(page, "#sidebar")
+    form.get_by_label("Security mode").select_option("unsafe")
+    form.get_by_label("Max rounds").fill("2")
+    form.get_by_role("button", name="Start session").click()
+    page.wait_for_url(re.compile(r"#/session\?"))
+    expect(page.locator(".session-status > .badge")).to_have_text("finished", timeout=90_000)
+    expect(page.locator("table.rounds tbody tr")).to_have_count(2)
+    assert_fits(page, "main")
+    assert_fits(page, "#sidebar")
+    w.page.screenshot(path=str(ARTIFACTS / "11-session-detail.png"), full_page=True)
+
+    page.locator('table.rounds tr[data-round="2"]').get_by_role("link").click()
+    dialog = page.locator("dialog.round-dialog")
+    dialog.get_by_role("tab", name="Decision").click()
+    decision = dialog.get_by_role("tabpanel", name="Decision")
+    expect(decision.locator(".no-prompt")).to_contain_text("random policy")
+    expect(decision.locator("h3")).to_have_text(["Plan"])
+    dialog.get_by_role("button", name="Close").click()
+    page.get_by_role("button", name="Report").click()
+    report = page.locator("dialog.report-dialog")
+    expect(report.locator("table").last).to_contain_text("random")
+    assert " / " not in report.locator(".report").inner_text()
+    report.get_by_role("button", name="Close").click()
+
+    page.get_by_role("link", name="Edit").first.click()
+    expect(page.locator("main h1")).to_have_text("Project")
+    expect(page.locator("main table.edit").first).to_be_visible()
+    w.page.screenshot(path=str(ARTIFACTS / "12-editor-1280.png"), full_page=True)
+    assert_fits(page, "main")
+    assert_fits(page, "#sidebar")
+    assert w.errors == []
+
+
+def test_a_stop_that_fails_says_so(browser: Browser, offline_daemon: Daemon, project: Path) -> None:
+    """The daemon is gone when Stop is pressed: the page says the session did not stop
+    and offers Stop again (the round, held, goes on under its monitor and then ends)."""
+    hold = project / "hold"
+    hold_rounds(project, hold)
+    try:
+        w = open_dashboard(browser, offline_daemon, project)
+        page = w.page
+        form = page.locator("main form.start-form")
+        expect(form.get_by_label("Decision policy")).to_have_value("random")
+        form.get_by_label("Security mode").select_option("unsafe")
+        form.get_by_role("button", name="Start session").click()
+        page.wait_for_url(re.compile(r"#/session\?"))
+        expect(page.locator(".live-card.live h2")).to_contain_text("Round 1", timeout=60_000)
+        offline_daemon.stop()
+        page.get_by_role("button", name="Stop session").click()
+        error = page.locator(".error-box", has_text="The session did not stop")
+        expect(error).to_contain_text("no answer from the daemon")
+        expect(page.get_by_role("button", name="Stop session")).to_be_enabled()
+        expect(page.locator(".session-status .stopping")).to_have_count(0)
+        expect(page.locator(".live-card .activity")).not_to_contain_text("quiet for")
+        w.shot("13-stop-failed")
+    finally:
+        hold.unlink(missing_ok=True)
+    deadline = time.monotonic() + 60
+    while training_left(project) and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert training_left(project) == []

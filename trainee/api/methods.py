@@ -14,6 +14,7 @@ from trainee import states
 from trainee.api.context import CallContext
 from trainee.api.registry import Registry
 from trainee.errors import InvalidParams, InvalidState, LimitExceeded, NotFound
+from trainee.policies import POLICIES, needs_provider
 from trainee.spec import wire as w
 
 registry = Registry()
@@ -31,8 +32,10 @@ MAX_WATCHES = 32
 async def daemon_hello(ctx: CallContext, params: w.NoParams) -> w.HelloResult:
     """Identify the daemon: version, API version, pid and the methods it can serve.
 
-    Clients call this first; ``capabilities`` lists the methods of this version and
-    ``states`` the statuses and stop reasons (what is finished, what each reason ends as).
+    Clients call this first; ``capabilities`` lists the methods of this version,
+    ``states`` the statuses and stop reasons (what is finished, what each reason ends
+    as; the page reads them from here), ``policies`` each decision policy and whether
+    it needs an LLM provider.
     """
     s = ctx.services
     return w.HelloResult(
@@ -46,6 +49,7 @@ async def daemon_hello(ctx: CallContext, params: w.NoParams) -> w.HelloResult:
         project_root=str(s.project_root) if s.project_root else None,
         capabilities=registry.names(),
         states=msgspec.convert(states.published(), w.PublishedStates),
+        policies={name: needs_provider(name) for name in POLICIES},
     )
 
 

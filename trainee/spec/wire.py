@@ -91,6 +91,8 @@ class HelloResult(Wire):
     project_root: str | None
     capabilities: list[str]
     states: PublishedStates
+    policies: dict[str, bool]
+    """Each decision policy by name: whether it needs an LLM provider."""
 
 
 class ToolsListParams(Wire):

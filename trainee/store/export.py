@@ -553,7 +553,7 @@ def _decision_table(decisions: Sequence[DecisionRecord]) -> list[str]:
     detailed: list[DecisionRecord] = []
     for d in sorted(decisions, key=lambda d: d.id):
         problems = "; ".join(_problem_text(p) for p in d.problems) or "—"
-        who = f"{d.provider} / {d.model}" if d.provider else d.policy
+        who = " / ".join(part for part in (d.provider, d.model) if part) or d.policy
         if d.source:
             who += f" ({d.source})"
         cells = [

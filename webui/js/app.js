@@ -1,6 +1,7 @@
 // The dashboard shell: routing (#/view?query), the header, the projects sidebar, toasts.
 
 import { onAuthProblem } from "./api.js";
+import { loadStates } from "./states.js";
 import { h, replace } from "./dom.js";
 import { Sidebar } from "./views/sidebar.js";
 import { mountDashboard } from "./views/dashboard.js";
@@ -56,9 +57,9 @@ const ctx = {
     conn.dataset.state = state || "";
   },
   toast(message, kind = "info") {
-    const el = h(`div.toast.toast-${kind}`, { role: kind === "error" ? "alert" : "status" }, message);
+    const el = h(`div.toast.toast-${kind}`, { role: kind === "bad" ? "alert" : "status" }, message);
     toasts.append(el);
-    setTimeout(() => el.remove(), kind === "error" ? 9000 : 4000);
+    setTimeout(() => el.remove(), kind === "bad" ? 9000 : 4000);
   },
   refreshSidebar() {
     sidebar.refresh();
@@ -121,6 +122,11 @@ if (opened) {
   history.replaceState(null, "", location.pathname + location.hash);
 }
 
-window.addEventListener("hashchange", route);
-sidebar.refresh();
-route();
+// the published states first: every view reads statuses through states.js
+loadStates()
+  .catch(() => {}) // no access: the banner says so; the views show their own errors
+  .finally(() => {
+    window.addEventListener("hashchange", route);
+    sidebar.refresh();
+    route();
+  });

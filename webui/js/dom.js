@@ -1,5 +1,7 @@
 // Tiny DOM helpers and formatters. Text always goes in as text nodes, never as HTML.
 
+import { statusKind } from "./states.js";
+
 const SVG_NS = "http://www.w3.org/2000/svg"; // a namespace name, never fetched
 
 /** h("div.card#id", {onclick, class, ...}, child, ...) — children: nodes, strings, arrays, null. */
@@ -56,13 +58,16 @@ export function replace(el, ...children) {
 
 // -- formatting ------------------------------------------------------------------------------
 
-export function fmtNum(value, digits = 4) {
+/** A number with up to ``digits`` significant digits (6: metric values that decide keep
+ * their precision, 0.21996 not 0.22), trailing zeros dropped. */
+export function fmtNum(value, digits = 6) {
   if (value === null || value === undefined || Number.isNaN(value)) return "–";
   if (typeof value !== "number") return String(value);
   if (Number.isInteger(value) && Math.abs(value) < 1e6) return String(value);
   const abs = Math.abs(value);
-  if (abs !== 0 && (abs < 1e-3 || abs >= 1e6)) return value.toExponential(2);
-  return Number(value.toPrecision(digits)).toString();
+  const rounded = Number(value.toPrecision(digits));
+  if (abs !== 0 && (abs < 1e-3 || abs >= 1e6)) return rounded.toExponential();
+  return rounded.toString();
 }
 
 export function fmtValue(value) {
@@ -102,26 +107,18 @@ export function better(a, b, goal) {
   return goal === "max" ? a > b : a < b;
 }
 
-/** Status → badge class. */
+// A verdict's badge kind (verdicts are the judge's words, not statuses).
+const VERDICT_KIND = { kept: "ok", baseline: "info", neutral: "muted", rejected: "bad" };
+
+/** A status's or a verdict's badge. */
 export function badge(status, text) {
-  const kind =
-    {
-      running: "run",
-      pending: "run",
-      stopping: "run",
-      completed: "ok",
-      finished: "ok",
-      kept: "ok",
-      baseline: "info",
-      neutral: "muted",
-      completed_without_metrics: "warn",
-      stopped: "muted",
-      timed_out: "bad",
-      failed: "bad",
-      lost: "bad",
-      rejected: "bad",
-    }[status] || "muted";
-  return h(`span.badge.badge-${kind}`, {}, text || (status || "–").replaceAll("_", " "));
+  const kind = statusKind(status) || VERDICT_KIND[status] || "muted";
+  return tag(kind, text || (status || "–").replaceAll("_", " "));
+}
+
+/** A badge of a kind: run, ok, info, warn, bad, muted. */
+export function tag(kind, text) {
+  return h(`span.badge.badge-${kind}`, {}, text);
 }
 
 export function emptyState(title, ...body) {

@@ -234,6 +234,24 @@ def test_report_covers_every_round_and_the_baseline_and_best(layout: SessionLayo
     assert SECRET not in text
 
 
+def test_decided_by_names_no_empty_provider_or_model() -> None:
+    """A policy without a provider is named by itself; an agent without a model alone."""
+    offline = [
+        DecisionRecord(id=2, session=1, round=3, provider="", model="", policy="random"),
+        DecisionRecord(id=3, session=1, round=4, provider="my-agent", model="", policy="external"),
+    ]
+    text = render_report(
+        make_session(), make_rounds(), metric_name="val_loss", goal="min", decisions=offline
+    )
+    rows = [
+        line
+        for line in text.split("## Decisions\n", 1)[1].splitlines()
+        if line[:3] in ("| 3", "| 4")
+    ]
+    assert [row.split("|")[2].strip() for row in rows] == ["random", "my-agent"]
+    assert " / " not in text.split("## Decisions\n", 1)[1]
+
+
 def test_report_uses_the_recorded_best_and_baseline_and_the_goal(layout: SessionLayout) -> None:
     rounds = make_rounds()
     text = render_report(

@@ -2,6 +2,10 @@
 
 import { call } from "../api.js";
 import { badge, fmtChange, fmtNum, h } from "../dom.js";
+import { needsProvider, policyNames } from "../states.js";
+
+/** The start form's choice when the project's policy needs a provider and none is set. */
+const OFFLINE_DEFAULT = "random";
 
 /** Projects the daemon knows plus those this browser added, the selected one first known. */
 export async function loadProjects(ctx) {
@@ -98,8 +102,14 @@ export function startForm(ctx, root, { onStarted } = {}) {
   const policy = h(
     "select",
     { name: "policy", "aria-label": "Decision policy" },
-    ["llm", "random", "tpe", "hybrid"].map((p) => h("option", { value: p }, p)),
+    policyNames().map((p) => h("option", { value: p }, p)),
   );
+  const policyNote = h("div.muted.small.policy-note");
+  let touched = false;
+  policy.addEventListener("change", () => {
+    touched = true;
+    policyNote.replaceChildren();
+  });
   const mode = h(
     "select",
     { name: "mode", "aria-label": "Security mode" },
@@ -107,9 +117,10 @@ export function startForm(ctx, root, { onStarted } = {}) {
     h("option", { value: "guarded" }, "guarded (bwrap)"),
     h("option", { value: "unsafe" }, "unsafe"),
   );
-  const rounds = h("input", { type: "number", min: "1", name: "max_rounds", placeholder: "rounds", "aria-label": "Max rounds" });
+  const rounds = h("input", { type: "number", min: "1", name: "rounds", placeholder: "rounds", "aria-label": "Max rounds" });
   const out = h("div.form-out");
-  const button = h("button.btn.primary", { type: "submit" }, "Start session");
+  // enabled once the policy is chosen (a click before would start the first one listed)
+  const button = h("button.btn.primary", { type: "submit", disabled: true }, "Start session");
   const form = h(
     "form.start-form",
     {
@@ -136,11 +147,23 @@ export function startForm(ctx, root, { onStarted } = {}) {
       },
     },
     h("div.row", {}, policy, mode, rounds, button),
+    policyNote,
     out,
   );
-  metricInfo(root).then((info) => {
+  // The project's policy when it can run here, else one that needs no provider.
+  Promise.all([metricInfo(root), call("runtime_provider_get").catch(() => null)]).then(([info, view]) => {
+    if (touched) return;
     const p = info.project && info.project.project;
-    if (p && p.decision && p.decision.policy) policy.value = p.decision.policy;
+    const own = (p && p.decision && p.decision.policy) || null;
+    const configured = Boolean(view) && view.failover_order.some((n) => view.providers[n] && view.providers[n].configured);
+    const runnable = (name) => policyNames().includes(name) && (!needsProvider(name) || configured);
+    const chosen = own && runnable(own) ? own : policyNames().find((n) => n === OFFLINE_DEFAULT && runnable(n)) || policyNames().find(runnable);
+    if (chosen) policy.value = chosen;
+    if (own && chosen !== own) {
+      policyNote.replaceChildren(`The project's policy, ${own}, needs an LLM provider and none is configured (Settings): ${chosen} instead.`);
+    }
+  }).finally(() => {
+    button.disabled = false;
   });
   return form;
 }

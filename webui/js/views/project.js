@@ -158,10 +158,10 @@ class ProjectEditor {
             [
               ["name", "Name"],
               ["source", "Source", ["stdout_regex", "log_regex", "log_file_regex", "jsonl", "wandb_summary"]],
-              ["key_or_pattern", "Key or pattern"],
-              ["path", "Path"],
               ["goal", "Goal", ["min", "max"]],
               ["required", "Required", "bool"],
+              ["key_or_pattern", "Key or pattern", null, 1],
+              ["path", "Path", null, 1],
             ],
             { name: "", source: "stdout_regex", key_or_pattern: "", path: null, goal: "min", required: false },
           ),
@@ -186,14 +186,14 @@ class ProjectEditor {
             [
               ["name", "Name"],
               ["flag", "Flag"],
-              ["config_path", "Config path"],
               ["type", "Type", ["float", "int", "bool", "choice"]],
               ["default", "Default", "scalar"],
               ["min_value", "Min", "number"],
               ["max_value", "Max", "number"],
-              ["choices", "Choices (comma)", "list"],
               ["log", "Log", "bool"],
-              ["description", "Description"],
+              ["config_path", "Config path", null, 1],
+              ["choices", "Choices (comma)", "list", 1],
+              ["description", "Description", null, 2],
             ],
             { name: "", flag: null, config_path: null, type: "float", default: null, min_value: null, max_value: null, choices: null, log: false, description: "" },
             { root: this.model.tuning },
@@ -254,21 +254,42 @@ class ProjectEditor {
     return this.label(label, input, path);
   }
 
-  /** An editable table of objects (data, fixed args, metric specs, params). */
+  /** An editable table of objects (data, fixed args, metric specs, params). A column
+   * with a line number (its 4th entry) goes on that line under its row, full width, so
+   * long values (patterns, descriptions) are not cut in a narrow cell. */
   rows(path, items, columns, blank, { root } = {}) {
+    const inline = columns.filter((c) => !c[3]);
+    const lines = [...new Set(columns.map((c) => c[3]).filter(Boolean))].sort();
     const holder = h("div.rows");
     const list = items || [];
     if (!root) set(this.model.project, path, list);
     else root[path] = list;
     const draw = () => {
-      const body = list.map((item, i) =>
+      const body = list.flatMap((item, i) => [
         h(
-          "tr",
+          `tr${lines.length ? ".has-below" : ""}`,
           {},
-          columns.map(([key, label, kind]) => h("td", {}, this.cell(item, key, label, kind, `${path}[${i}].${key}`))),
+          inline.map(([key, label, kind]) => h("td", {}, this.cell(item, key, label, kind, `${path}[${i}].${key}`))),
           h("td", {}, h("button.link", { type: "button", "aria-label": `remove row ${i + 1}`, onclick: () => { list.splice(i, 1); draw(); } }, "Remove")),
         ),
-      );
+        ...lines.map((line) =>
+          h(
+            "tr.below",
+            {},
+            h(
+              "td",
+              { colspan: String(inline.length + 1) },
+              h(
+                "div.below-fields",
+                {},
+                columns
+                  .filter((c) => c[3] === line)
+                  .map(([key, label, kind]) => h("label.below-field", {}, h("span.muted", {}, label), this.cell(item, key, label, kind, `${path}[${i}].${key}`))),
+              ),
+            ),
+          ),
+        ),
+      ]);
       replace(
         holder,
         h(
@@ -277,8 +298,8 @@ class ProjectEditor {
           h(
             "table.edit",
             {},
-            h("thead", {}, h("tr", {}, columns.map(([, label]) => h("th", { scope: "col" }, label)), h("th", {}, ""))),
-            h("tbody", {}, body.length ? body : h("tr", {}, h("td.muted", { colspan: String(columns.length + 1) }, "None."))),
+            h("thead", {}, h("tr", {}, inline.map(([, label]) => h("th", { scope: "col" }, label)), h("th", {}, ""))),
+            h("tbody", {}, body.length ? body : h("tr", {}, h("td.muted", { colspan: String(inline.length + 1) }, "None."))),
           ),
         ),
         h("button.btn.small", { type: "button", onclick: () => { list.push(structuredClone(blank)); draw(); } }, "Add row"),

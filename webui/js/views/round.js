@@ -5,6 +5,7 @@ import { call, fileUrl, roundLog } from "../api.js";
 import { badge, fmtDuration, fmtNum, fmtTime, fmtValue, h, replace } from "../dom.js";
 import { LogView } from "../logview.js";
 import { errorBox } from "./common.js";
+import { roundActive } from "../states.js";
 
 const CHUNK = 256 * 1024;
 const FOLLOW_MS = 1000;
@@ -18,16 +19,20 @@ export function openRound(ctx, project, session, index, round, onClose) {
     h("button.tab", { type: "button", role: "tab", "aria-selected": "false", onclick: () => select(t) }, t),
   );
   let timer = null;
+  let ticker = null;
+  let following = false;
+  const badgeSlot = h("span.round-status");
+  const summarySlot = h("div.round-summary");
   const dialog = h(
     "dialog.round-dialog",
     { "aria-label": `round ${index}` },
     h(
       "div.dialog-head",
       {},
-      h("h2", {}, `Round ${index}`, round ? h("span", {}, " ", badge(round.status)) : null),
+      h("h2", {}, `Round ${index}`, badgeSlot),
       h("button.btn.small", { type: "button", onclick: () => dialog.close(), "aria-label": "Close" }, "Close"),
     ),
-    h("div.dialog-body", {}, round ? summary(round) : null, h("div.tabs", { role: "tablist" }, buttons), [...panels.values()]),
+    h("div.dialog-body", {}, summarySlot, h("div.tabs", { role: "tablist" }, buttons), [...panels.values()]),
   );
   function select(name) {
     buttons.forEach((b, i) => b.setAttribute("aria-selected", String(tabs[i] === name)));
@@ -38,11 +43,13 @@ export function openRound(ctx, project, session, index, round, onClose) {
   function close() {
     closedByPage = true;
     clearTimeout(timer);
+    clearInterval(ticker);
     if (dialog.open) dialog.close();
     dialog.remove();
   }
   dialog.addEventListener("close", () => {
     clearTimeout(timer);
+    clearInterval(ticker);
     dialog.remove();
     if (!closedByPage) onClose();
   });
@@ -73,7 +80,8 @@ export function openRound(ctx, project, session, index, round, onClose) {
       log.setText(res.data, { partialFirst: res.offset > 0 });
       more.hidden = first === 0;
       noteLinks(res.data);
-      if (round && (round.status === "running" || round.status === "pending")) follow();
+      if (round && roundActive(round.status)) follow();
+      else following = false;
     } catch (err) {
       replace(panels.get("Log"), errorBox(err, "No log"));
     }
@@ -86,20 +94,51 @@ export function openRound(ctx, project, session, index, round, onClose) {
     log.prepend(res.data);
     noteLinks(res.data);
   }
+  let carry = ""; // a line not yet ended waits for its end
+  let tail = 0; // reads since the round ended
   async function follow() {
+    following = true;
+    const over = !(round && roundActive(round.status));
+    let got = false;
     try {
       const res = await roundLog(project, session, index, { offset: next, length: CHUNK });
       if (res.data) {
-        log.append(res.data.split("\n").filter((line, i, all) => i < all.length - 1 || line));
+        got = true;
+        const parts = (carry + res.data).split("\n");
+        carry = parts.pop();
+        if (parts.length) log.append(parts);
         noteLinks(res.data);
       }
       next = res.next_offset;
     } catch {
       /* the round may be over: keep what we have */
     }
-    if (dialog.isConnected) timer = setTimeout(follow, FOLLOW_MS);
+    // once the round is over, read until the log has nothing more (its last lines)
+    tail = over ? tail + 1 : 0;
+    if (over && (!got || tail > 10)) {
+      if (carry) log.append([carry]);
+      carry = "";
+      following = false;
+    } else if (dialog.isConnected) timer = setTimeout(follow, over ? 200 : FOLLOW_MS);
   }
   load();
+
+  // -- the header and the facts follow the round (the session view passes each change)
+  function show(r) {
+    const was = round;
+    round = r || round;
+    if (!round) return;
+    replace(badgeSlot, " ", badge(round.status));
+    replace(summarySlot, summary(round));
+    clearInterval(ticker);
+    if (roundActive(round.status)) ticker = setInterval(() => replace(summarySlot, summary(round)), 1000);
+    if (was && roundActive(was.status) && !roundActive(round.status)) {
+      // it just ended: the final log lines, and the trace with its outcome
+      if (!following && next !== null) follow();
+      loadDecision();
+    }
+  }
+  show(round);
 
   // -- decision and trace
   function renderWandb() {
@@ -112,17 +151,20 @@ export function openRound(ctx, project, session, index, round, onClose) {
   }
   renderWandb();
   replace(panels.get("Decision"), h("p.muted", {}, "Loading…"));
-  decisionOf(project, session, index)
-    .then((found) => {
-      replace(panels.get("Decision"), decisionView(found, index));
-      replace(panels.get("Agent trace"), traceView(found, round));
-    })
-    .catch((err) => {
-      replace(panels.get("Decision"), errorBox(err, "No decision"));
-      replace(panels.get("Agent trace"), traceView(null, round));
-    });
+  function loadDecision() {
+    decisionOf(project, session, index)
+      .then((found) => {
+        replace(panels.get("Decision"), decisionView(found, index));
+        replace(panels.get("Agent trace"), traceView(found, round));
+      })
+      .catch((err) => {
+        replace(panels.get("Decision"), errorBox(err, "No decision"));
+        replace(panels.get("Agent trace"), traceView(null, round));
+      });
+  }
+  loadDecision();
 
-  return { close };
+  return { close, update: show, index };
 }
 
 /** The round's record and decision through runs_list (run ids) and runs_get. */
@@ -134,7 +176,8 @@ async function decisionOf(project, session, index) {
 }
 
 function summary(r) {
-  const duration = r.started_at && r.ended_at ? r.ended_at - r.started_at : null;
+  const end = roundActive(r.status) ? Date.now() / 1000 : r.ended_at;
+  const duration = roundActive(r.status) || r.duration_sec === null || r.duration_sec === undefined ? (r.started_at && end ? end - r.started_at : null) : r.duration_sec;
   return h(
     "dl.facts",
     {},
@@ -148,7 +191,7 @@ function summary(r) {
 }
 
 function fact(label, value) {
-  return [h("dt", {}, label), h("dd", {}, value)];
+  return [h("dt", {}, label), h("dd", { dataset: { fact: label } }, value)];
 }
 
 function decisionView(found, index) {
@@ -164,6 +207,7 @@ function decisionView(found, index) {
   const plan = d.plan || {};
   const prompt = d.prompt || [];
   const redacted = prompt.length && prompt.every((m) => "sha256" in m && !("content" in m));
+  const asked = prompt.length > 0 || Boolean(d.raw_response || d.model) || d.prompt_tokens > 0; // an LLM was asked
   return h(
     "div.decision",
     {},
@@ -171,11 +215,12 @@ function decisionView(found, index) {
       "dl.facts",
       {},
       fact("Policy", `${d.policy}${d.provider ? ` · ${d.provider}` : ""}${d.model ? ` · ${d.model}` : ""}`),
-      fact("Tokens", `${d.prompt_tokens} in · ${d.completion_tokens} out`),
-      fact("Latency", `${fmtNum(d.latency_sec, 3)} s`),
-      fact("Cost", d.cost_usd === null || d.cost_usd === undefined ? "–" : `$${d.cost_usd.toFixed(5)}`),
-      fact("Repaired", d.repaired ? "yes (one repair round-trip)" : "no"),
+      asked ? fact("Tokens", `${d.prompt_tokens} in · ${d.completion_tokens} out`) : null,
+      asked ? fact("Latency", `${fmtNum(d.latency_sec, 3)} s`) : null,
+      asked ? fact("Cost", d.cost_usd === null || d.cost_usd === undefined ? "–" : `$${d.cost_usd.toFixed(5)}`) : null,
+      asked ? fact("Repaired", d.repaired ? "yes (one repair round-trip)" : "no") : null,
     ),
+    asked ? null : h("p.muted.no-prompt", {}, `The ${d.policy} policy chose these parameters itself: no prompt, no LLM.`),
     h("h3", {}, "Plan"),
     h(
       "dl.facts",
@@ -186,8 +231,8 @@ function decisionView(found, index) {
       plan.stop ? fact("Stop", plan.stop_reason || "yes") : null,
     ),
     paramsTable(plan.params || {}, found.round ? found.round.diff : {}),
-    h("h3", {}, "Prompt"),
-    redacted
+    asked ? h("h3", {}, "Prompt") : null,
+    !asked ? null : redacted
       ? h(
           "div",
           {},
@@ -195,8 +240,8 @@ function decisionView(found, index) {
           h("ul", {}, prompt.map((m) => h("li", {}, `${m.role}: ${m.length.toLocaleString()} characters, sha256 ${String(m.sha256).slice(0, 12)}…`))),
         )
       : prompt.map((m) => h("details.message", {}, h("summary", {}, `${m.role} · ${String(m.content || "").length.toLocaleString()} characters`), h("pre", {}, String(m.content || "")))),
-    h("h3", {}, "Raw response"),
-    d.raw_response ? h("pre.raw", {}, d.raw_response) : h("p.muted", {}, "No raw response kept."),
+    asked ? h("h3", {}, "Raw response") : null,
+    !asked ? null : d.raw_response ? h("pre.raw", {}, d.raw_response) : h("p.muted", {}, "No raw response kept."),
   );
 }
 

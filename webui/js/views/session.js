@@ -4,14 +4,15 @@
 // The event stream opens first; its ``ready`` event triggers the snapshot (loop_get),
 // and the events that arrive meanwhile are applied on top, so nothing falls between.
 
-import { call, EventStream, roundLog, roundMetrics, fileUrl } from "../api.js";
+import { ApiError, call, EventStream, roundLog, roundMetrics, fileUrl } from "../api.js";
 import { curveChart, roundChart } from "../charts.js";
-import { badge, emptyState, fmtChange, fmtDuration, fmtNum, fmtTime, fmtValue, h, replace } from "../dom.js";
+import { badge, emptyState, fmtChange, fmtDuration, fmtNum, fmtTime, fmtValue, h, replace, tag } from "../dom.js";
 import { LogView } from "../logview.js";
 import { errorBox, metricInfo } from "./common.js";
 import { openReport } from "./report.js";
 import { AnalysisPanel } from "./analysis.js";
 import { openRound } from "./round.js";
+import { Round, Session, roundActive, sessionActive, sessionEnded } from "../states.js";
 
 const LIVE_TAIL_LINES = 500;
 const CURVE_MS = 500;
@@ -184,7 +185,7 @@ export class SessionView {
     const round = d.round ? this.rounds.get(d.round) : null;
     switch (e.kind) {
       case "session.started":
-        if (this.session) this.session.status = "running";
+        if (this.session) this.session.status = Session.RUNNING;
         this.running = true;
         this.dirty.add("head");
         break;
@@ -197,7 +198,7 @@ export class SessionView {
         this.rounds.set(d.round, {
           ...(round || {}),
           index: d.round,
-          status: "running",
+          status: Round.RUNNING,
           params: d.params,
           diff: d.diff,
           hypothesis: d.hypothesis,
@@ -307,6 +308,7 @@ export class SessionView {
     if (this.dirty.has("head")) this.renderHead();
     if (this.dirty.has("live")) this.renderLive();
     if (this.dirty.has("table")) this.renderTable();
+    if (this.dirty.has("table") && this.roundDialog) this.roundDialog.update(this.rounds.get(this.roundDialog.index));
     if (this.dirty.has("chart")) this.renderRoundChart();
     if (this.dirty.has("curve")) this.renderCurveSoon();
     this.dirty.clear();
@@ -323,30 +325,18 @@ export class SessionView {
 
   renderHead() {
     const s = this.session;
+    const stopping = this.stopping && this.running;
     replace(
       this.status,
       badge(s.status),
+      stopping ? h("span.stopping", { role: "status" }, " ", tag("run", "stopping…")) : null,
       s.stop_reason ? h("span.stop-reason", {}, ` stop reason: ${s.stop_reason.replaceAll("_", " ")}`) : null,
       h("span.muted", {}, ` · policy ${s.policy} · ${s.security_mode} · started ${fmtTime(s.created_at)}`),
     );
     const stop = h(
       "button.btn.danger",
-      {
-        type: "button",
-        onclick: async () => {
-          stop.disabled = true;
-          stop.textContent = "Stopping…";
-          try {
-            await call("loop_stop", { project_root: this.project, session: this.sessionId });
-            this.ctx.toast(`${this.sessionId} stopped`, "ok");
-          } catch (err) {
-            this.ctx.toast(`Stop failed: ${err.message}`, "error");
-            stop.disabled = false;
-            stop.textContent = "Stop session";
-          }
-        },
-      },
-      "Stop session",
+      { type: "button", disabled: stopping, "aria-busy": stopping ? "true" : null, onclick: () => this.stop() },
+      stopping ? "Stopping…" : "Stop session",
     );
     const downloads = h(
       "details.menu",
@@ -371,22 +361,54 @@ export class SessionView {
     this.elapsedEl = h("div.card-value", {}, fmtDuration(elapsed));
     replace(
       this.cards,
-      card("Round", h("div.card-value", {}, `${rounds.length} / ${s.max_rounds}`), this.running ? "running" : s.status),
+      card("Round", h("div.card-value", {}, `${rounds.length} / ${s.max_rounds}`), this.running ? "in progress" : s.status),
       card(
         `Best ${this.info.name}`,
         h("div.card-value", {}, fmtNum(best)),
         best === null ? "no metric yet" : s.best_round === (s.baseline_round || 1) ? "the baseline so far" : `${fmtChange(baseline, best)} vs baseline · round ${s.best_round}`,
       ),
       card("Baseline", h("div.card-value", {}, fmtNum(baseline)), `round 1 · ${this.info.goal === "max" ? "higher" : "lower"} is better`),
-      card("Session time", this.elapsedEl, s.finished_at ? `ended ${fmtTime(s.finished_at)}` : "running"),
+      card("Session time", this.elapsedEl, s.finished_at ? `ended ${fmtTime(s.finished_at)}` : "in progress"),
       card("LLM use", h("div.card-value", {}, `${(s.tokens || 0).toLocaleString()} tok`), s.cost_usd ? `$${s.cost_usd.toFixed(4)}` : "no cost recorded"),
     );
-    if (s.error) this.errors.replaceChildren(errorBox({ message: s.error }, "Session error"));
+    if (this.stopError) this.errors.replaceChildren(errorBox({ message: this.stopError }, "The session did not stop"));
+    else if (s.error) this.errors.replaceChildren(errorBox({ message: s.error }, "Session error"));
+  }
+
+  /** Stop the session: pending (button and status) until it has ended, an error if not. */
+  async stop() {
+    this.stopping = true;
+    this.stopError = null;
+    this.dirty.add("head");
+    this.render();
+    let problem = null;
+    try {
+      const res = await call("loop_stop", { project_root: this.project, session: this.sessionId });
+      const after = res.state && res.state.session;
+      if (after && !sessionEnded(after.status)) problem = `${this.sessionId} is still ${after.status}: ${res.message}`;
+      else if (after && this.session && after.id === this.session.id) {
+        this.session.status = after.status;
+        this.session.stop_reason = after.stop_reason;
+        this.running = false;
+      }
+    } catch (err) {
+      problem = err instanceof ApiError ? err.message : `no answer from the daemon (${err.message})`;
+    }
+    this.stopping = false;
+    if (problem) {
+      this.stopError = problem;
+      this.ctx.toast(`Stop failed: ${problem}`, "bad");
+    } else {
+      this.ctx.toast(`${this.sessionId} stopped`, "ok");
+      this.reloadSoon();
+    }
+    ["head", "live"].forEach((k) => this.dirty.add(k));
+    this.render();
   }
 
   renderLive() {
     const rounds = this.sortedRounds();
-    const current = rounds.find((r) => r.status === "running" || r.status === "pending");
+    const current = rounds.find((r) => roundActive(r.status));
     if (!current) {
       const last = rounds.length ? rounds[rounds.length - 1].index : 0;
       const next = this.running && this.decision && this.decision.round > last ? this.decision : null;
@@ -394,14 +416,14 @@ export class SessionView {
         this.liveCard,
         h("h2", {}, this.running ? "Deciding the next round…" : "No round running"),
         next ? h("p", {}, h("strong", {}, `Next (round ${next.round}): `), next.hypothesis) : null,
-        this.running ? null : h("p.muted", {}, this.session.status === "running" ? "" : `The session ${this.session.status}.`),
+        this.running ? null : h("p.muted", {}, sessionActive(this.session.status) ? "" : `The session ${this.session.status}.`),
       );
-      this.liveCard.classList.remove("running");
+      this.liveCard.classList.remove("live");
       this.liveEls = null;
       return;
     }
-    this.liveCard.classList.add("running");
-    const together = rounds.filter((r) => r.status === "running" || r.status === "pending");
+    this.liveCard.classList.add("live");
+    const together = rounds.filter((r) => roundActive(r.status));
     const step =
       together.length > 1
         ? h(
@@ -439,12 +461,22 @@ export class SessionView {
     if (this.session && this.elapsedEl && !this.session.finished_at) {
       this.elapsedEl.textContent = fmtDuration(now - this.session.created_at);
     }
+    for (const [r, cell] of this.tickingCells || []) {
+      if (r.started_at) cell.textContent = fmtDuration(now - r.started_at);
+    }
     if (!this.liveEls) return;
     const r = this.liveEls.round;
-    if (r.started_at) this.liveEls.elapsed.textContent = fmtDuration(now - r.started_at);
+    const el = this.liveEls.activity;
+    if (!r.started_at) {
+      // launched but not yet started (a queued job, a round being set up)
+      this.liveEls.elapsed.textContent = "–";
+      el.classList.remove("active", "quiet");
+      el.textContent = "not started yet";
+      return;
+    }
+    this.liveEls.elapsed.textContent = fmtDuration(now - r.started_at);
     const last = Math.max(r.last_activity_at || 0, this.live.round === r.index ? this.live.lastOutput || 0 : 0, r.started_at || 0);
     const quiet = now - last;
-    const el = this.liveEls.activity;
     el.classList.toggle("active", quiet < ACTIVE_SEC);
     el.classList.toggle("quiet", quiet >= QUIET_WARN_SEC);
     el.textContent = quiet < ACTIVE_SEC ? "● active" : `quiet for ${fmtDuration(quiet)}`;
@@ -460,8 +492,12 @@ export class SessionView {
     const sizes = new Map();
     for (const r of rounds) if (r.batch > 0) sizes.set(r.batch, (sizes.get(r.batch) || 0) + 1);
     const steps = [...sizes.values()].some((n) => n > 1);
+    this.tickingCells = [];
     const rows = rounds.map((r) => {
-      const duration = r.duration_sec ?? (r.started_at ? (r.ended_at || Date.now() / 1000) - r.started_at : null);
+      const active = roundActive(r.status);
+      const duration = active ? (r.started_at ? Date.now() / 1000 - r.started_at : null) : r.duration_sec ?? (r.started_at && r.ended_at ? r.ended_at - r.started_at : null);
+      const durationCell = h("td.num.duration", {}, fmtDuration(duration));
+      if (active) this.tickingCells.push([r, durationCell]);
       return h(
         `tr${r.index === this.session.best_round ? ".best-row" : ""}`,
         { dataset: { round: String(r.index), step: String(r.batch || 0) } },
@@ -471,8 +507,8 @@ export class SessionView {
         h("td", {}, diffChips(r.diff, r.index)),
         h("td.text", {}, r.hypothesis || "–"),
         h("td.text", {}, r.expected ? h("div", {}, h("span.muted", {}, "expected: "), r.expected) : null, r.verdict ? h("div", {}, badge(r.verdict), " ", r.verdict_reason || "") : null),
-        h("td.num", {}, fmtNum(r.primary_metric)),
-        h("td.num", {}, fmtDuration(duration)),
+        h("td.num.metric", {}, fmtNum(r.primary_metric)),
+        durationCell,
       );
     });
     replace(
@@ -521,8 +557,12 @@ export class SessionView {
       if (stepped.length) series.set(name, stepped);
       else if (points.length) finals.set(name, points[points.length - 1][1]);
     }
-    const title = this.live.round ? `Round ${this.live.round}: metrics as they come` : "Live metrics";
-    replace(this.curveChartBox, curveChart({ series, finals, title }));
+    const selected = this.curveMetric || this.info.name;
+    const onSelect = (name) => {
+      this.curveMetric = name;
+      this.renderCurve();
+    };
+    replace(this.curveChartBox, curveChart({ series, finals, round: this.live.round, selected, onSelect }));
   }
 
   showRound(index) {

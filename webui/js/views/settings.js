@@ -3,7 +3,7 @@
 // and the prompt preview. ``testOnly`` is the /llm-test page: the test runs on load.
 
 import { call } from "../api.js";
-import { badge, fmtNum, h, replace } from "../dom.js";
+import { fmtNum, h, replace, tag } from "../dom.js";
 import { errorBox, loadProjects, sessionsOf } from "./common.js";
 
 export function mountSettings(el, ctx, { testOnly = false }) {
@@ -76,7 +76,7 @@ async function renderProvider(box, ctx) {
       ctx.toast(`Debug recording ${r.enabled ? "on: full prompts and raw responses are kept" : "off"}`, "ok");
     } catch (err) {
       debug.checked = !debug.checked;
-      ctx.toast(err.message, "error");
+      ctx.toast(err.message, "bad");
     }
   });
   const form = h(
@@ -157,12 +157,12 @@ function renderTest(box, auto) {
           ? h(
               "div.ok-box",
               {},
-              badge("completed", "ok"),
+              tag("ok", "ok"),
               ` ${r.provider} · ${r.model} answered a structured request (${r.response_format}) in ${fmtNum(r.latency_sec, 3)} s`,
               r.refused_formats && r.refused_formats.length ? h("div.muted.small", {}, `refused: ${r.refused_formats.join(", ")}`) : null,
               r.reply ? h("div.muted.small", {}, `reply: ${r.reply}`) : null,
             )
-          : h("div.error-box", {}, badge("failed", "failed"), ` ${r.provider}${r.model ? ` · ${r.model}` : ""}: ${r.error}`),
+          : h("div.error-box", {}, tag("bad", "test failed"), ` ${r.provider}${r.model ? ` · ${r.model}` : ""}: ${r.error}`),
       );
     } catch (err) {
       replace(out, errorBox(err, "Test failed"));

@@ -3,6 +3,7 @@
 
 import { call } from "../api.js";
 import { h, replace } from "../dom.js";
+import { sessionActive } from "../states.js";
 import { bestVsBaseline, errorBox, loadProjects, sessionsOf, startForm, statusLine } from "./common.js";
 
 const REFRESH_MS = 5000;
@@ -101,7 +102,7 @@ export class Sidebar {
       card = this.buildCard(project);
       this.cards.set(root, card);
     }
-    const running = sessions.some((s) => s.status === "running");
+    const running = sessions.some((s) => sessionActive(s.status));
     card.el.classList.toggle("selected", this.ctx.selectedProject === root);
     card.dot.hidden = !running;
     card.remove.hidden = !project.local; // the daemon's own projects stay
