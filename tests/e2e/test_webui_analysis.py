@@ -66,8 +66,20 @@ def test_analysis_views_update_live_and_compare_two_sessions(
     llm_daemon: Daemon,  # noqa: F811
     project: Path,  # noqa: F811
 ) -> None:
+    # round k > 1 of the first session waits for go-k, made once the panel shows it (k
+    # rounds, the waiting one counted): every step of the live update is seen however
+    # fast the machine is
+    (project / "gated.py").write_text(
+        "import os, runpy, sys, time\n"
+        "k = os.environ.get('TRAINEE_ROUND_INDEX', '1')\n"
+        "if os.environ.get('TRAINEE_SESSION_ID') == 'session-0001' and k != '1':\n"
+        f"    while not os.path.exists(os.path.join({str(project)!r}, 'go-' + k)):\n"
+        "        time.sleep(0.05)\n"
+        "sys.argv[0] = 'train.py'\nrunpy.run_path('train.py', run_name='__main__')\n"
+    )
     spec = project / ".trainee" / "project.yaml"
-    spec.write_text(spec.read_text() + "\ndecision:\n  policy: random\n")
+    text = spec.read_text().replace("- train.py", "- gated.py")
+    spec.write_text(text + "\ndecision:\n  policy: random\n")
     w = open_dashboard(browser, llm_daemon, project)
     page = w.page
     form = page.locator("main form.start-form")
@@ -91,6 +103,9 @@ def test_analysis_views_update_live_and_compare_two_sessions(
           }).observe(document.body, {subtree: true, childList: true, attributes: true});
         }"""
     )
+    for k in range(2, ROUNDS + 1):
+        expect(panel).to_have_attribute("data-rounds", str(k), timeout=60_000)
+        (project / f"go-{k}").write_text("")
     expect(page.locator(".session-status .badge")).to_have_text("finished", timeout=180_000)
     expect(panel).to_have_attribute("data-rounds", str(ROUNDS), timeout=30_000)
     seen = page.evaluate("window.__analysisRounds")
