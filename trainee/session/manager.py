@@ -36,6 +36,7 @@ from trainee.session.llm_policy import LlmPolicy
 from trainee.session.policy import Policy, RandomPolicy
 from trainee.session.runner import SessionControl, SessionRunner
 from trainee.spec import ProjectSpec
+from trainee.states import StopReason
 from trainee.store.db import Store
 from trainee.store.records import SessionRecord
 
@@ -422,7 +423,7 @@ class SessionManager:
         self, root: str | None, session: str | None, *, wait: bool = True
     ) -> SessionRecord:
         running = self.find_running(root, session)
-        running.control.request_stop("user_stop")
+        running.control.request_stop(StopReason.USER_STOP)
         if wait:
             await running.done.wait()
         return running.runner.record
