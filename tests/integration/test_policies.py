@@ -44,12 +44,12 @@ from tests.conftest import (
 from tests.fakes.llm_server import FakeLLM
 from trainee.llm import client
 from trainee.llm.settings import load_settings
+from trainee.policies.base import Policy, Proposal, RandomPolicy, full_params
+from trainee.policies.hybrid import HybridPolicy
+from trainee.policies.tpe import TpePolicy
 from trainee.research.decision import DecisionPlan, params_diff, validate_plan
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts
 from trainee.research.state import ResearchState, RoundSummary, new_state, record_round
-from trainee.session.hybrid_policy import HybridPolicy
-from trainee.session.optuna_policy import TpePolicy
-from trainee.session.policy import Policy, Proposal, RandomPolicy, full_params
 from trainee.spec import ParamType, ProjectSpec, TunableSpec, load_project
 
 TUNING = """\

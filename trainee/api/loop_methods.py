@@ -18,13 +18,13 @@ from trainee.errors import InvalidParams, InvalidState, NotFound, ProviderError,
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.sandbox import check_bwrap
 from trainee.policies import needs_provider
+from trainee.policies.llm import LlmPolicy
 from trainee.session.inputs import (
     decision_budget,
     decision_slots,
     observe_history,
     rebuild_state,
 )
-from trainee.session.llm_policy import LlmPolicy
 from trainee.session.manager import SessionManager
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec import wire as w

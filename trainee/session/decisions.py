@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from trainee.session.policy import Proposal
+from trainee.policies.base import Proposal
 from trainee.store.records import DecisionRecord
 
 __all__ = ["decision_event", "decision_record"]

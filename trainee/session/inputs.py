@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from trainee.policies.base import Policy
 from trainee.research.state import (
     DecisionBudget,
     ResearchState,
@@ -21,7 +22,6 @@ from trainee.research.state import (
     new_state,
     record_round,
 )
-from trainee.session.policy import Policy
 from trainee.spec import ProjectSpec, min_rounds_of
 from trainee.store.records import RoundRecord, SessionRecord
 

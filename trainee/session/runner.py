@@ -24,6 +24,7 @@ from trainee.launch.layout import ProjectLayout, SessionLayout
 from trainee.launch.sandbox import check_bwrap
 from trainee.llm.settings import load_settings
 from trainee.metrics.tb_source import require_tensorboard
+from trainee.policies.base import Policy, Proposal, full_params, propose_batch
 from trainee.research.decision import params_diff
 from trainee.research.state import ResearchState, RoundSummary, record_round, state_to_json
 from trainee.session.bus import EventBus
@@ -37,7 +38,6 @@ from trainee.session.inputs import (
     observe_history,
     rebuild_state,
 )
-from trainee.session.policy import Policy, Proposal, full_params, propose_batch
 from trainee.session.round import RoundContext, RoundRun
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec.wire import Event

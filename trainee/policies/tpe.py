@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 
 from trainee.errors import NotAvailable
+from trainee.policies.base import Proposal, round_sig, sample_point, seeded_rng
 from trainee.research.decision import (
     DecisionPlan,
     Problem,
@@ -39,7 +40,6 @@ from trainee.research.decision import (
 )
 from trainee.research.prompt import format_diff
 from trainee.research.state import ResearchState, format_metric
-from trainee.session.policy import Proposal, round_sig, sample_point, seeded_rng
 from trainee.spec import ParamType, TunableSpec
 from trainee.spec.constraints import Constraint
 

@@ -18,6 +18,7 @@ import msgspec
 from trainee.errors import InvalidDecision, ProviderError
 from trainee.llm.client import Completion, ProviderAttempt, complete_with_failover
 from trainee.llm.settings import LlmSettings
+from trainee.policies.base import Proposal
 from trainee.research.decision import (
     DecisionPlan,
     PlansResult,
@@ -34,7 +35,6 @@ from trainee.research.decision import (
 )
 from trainee.research.prompt import PromptParts, ask_for_plans, build_messages
 from trainee.research.state import ResearchState
-from trainee.session.policy import Proposal
 from trainee.spec import TunableSpec
 from trainee.spec.constraints import Constraint
 
