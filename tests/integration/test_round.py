@@ -300,6 +300,8 @@ def test_a_fresh_instance_readopts_a_round_left_running(project: Path) -> None:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(RoundRun(s.context(), s.spec, await s.round()).run)
                 await _until(lambda: "output" in s.kinds(), "the round's first output")
+                while not (await s.round()).log_offset:  # what was shown is recorded
+                    await anyio.sleep(0.02)
                 tg.cancel_scope.cancel()
         assert not scope.cancelled_caught
         left = await s.round()
