@@ -67,7 +67,7 @@ def test_json_before_or_after_the_command_is_the_same(daemon: Daemon) -> None:
     assert sent.returncode == 4 and sent.json()["error"]["data"]["type"] == "NotFound"
     wrong = daemon.cli("call", "logs_tail", "--input", '{"session": "x", "round": 0}')
     assert wrong.returncode == 2 and "$." not in wrong.stderr, wrong.stderr
-    assert "logs_tail: invalid params: round: expected int >= 1" in wrong.stderr
+    assert "logs_tail: invalid params: round number must be 1 or more, got 0" in wrong.stderr
 
 
 def test_doctor_without_a_project_says_to_run_init(daemon: Daemon, tmp_path: Path) -> None:

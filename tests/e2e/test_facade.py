@@ -29,7 +29,7 @@ from tests.e2e.test_loop import OK, llm_env, plan
 from tests.e2e.test_mcp import legacy_stdio
 from tests.fakes.llm_server import FakeLLM
 from tests.faults.helpers import Node, make_project, node
-from trainee import errors
+from trainee import errors, states
 from trainee.api.routes import ALIASES
 from trainee.api.table import registry
 
@@ -414,3 +414,11 @@ def test_prompt_preview_is_exactly_what_the_provider_receives(daemon: Node, tmp_
     # a fresh preview of the ended session: the same code, from the store
     again = daemon.rpc("prompt_preview", {"project_root": str(project), "session": SESSION})
     assert again["messages"][0] == preview["messages"][0]
+
+
+def test_daemon_hello_publishes_the_states(daemon: Node) -> None:
+    """Clients take statuses and stop reasons from the daemon, not from their own copy."""
+    published = states.published()
+    assert daemon.rpc("daemon_hello")["states"] == published
+    assert cli(daemon, "daemon_hello", {}).json()["states"] == published
+    assert set(published["round_finished"]) == {s.value for s in states.ROUND_FINISHED}  # type: ignore[arg-type]

@@ -113,11 +113,13 @@ def run_line(log: Path) -> dict[str, Any]:
 def test_output_flag_failed_baseline_dry_run_numbering_and_doctor(
     daemon: Daemon, tmp_path: Path
 ) -> None:
-    root = project(tmp_path / "charnn", PROJECT, {"train.py": TRAIN})
+    no_scratch = PROJECT + "advanced:\n  scratch_cwd: false\n"
+    root = project(tmp_path / "charnn", no_scratch, {"train.py": TRAIN})
     trainee = root / ".trainee"
 
-    # 1. guarded, nothing redirects "-o out": the baseline fails on the read-only project,
-    # the session is failed (exit 1) and says what to set instead of tuning nothing
+    # 1. guarded in the project itself (no scratch folder), nothing redirects "-o out": the
+    # baseline fails on the read-only project, the session is failed (exit 1) and says
+    # what to set instead of tuning nothing
     code, out = run(daemon, root, "--max-rounds", "3")
     assert code == 1, out
     assert "session-0001: failed (baseline_failed)" in out
@@ -172,6 +174,77 @@ def test_output_flag_failed_baseline_dry_run_numbering_and_doctor(
     assert {c["name"]: c for c in default.json()["checks"]}["provider"]["status"] == "fail"
     bad = daemon.cli("doctor", str(root), "--policy", "tpee")
     assert bad.returncode == 2 and "did you mean 'tpe'" in bad.stderr
+
+
+# A script that writes into its working folder with no option to say where (a callback's
+# image, MLflow's ./mlruns, its own metric file), reads data at a relative path and
+# imports a module beside it.
+CWD_WRITER = """\
+import json, os, sys
+import helper
+p = sys.argv[sys.argv.index("--lr") + 1] if "--lr" in sys.argv else "0.1"
+text = open("data/words.txt").read()
+os.makedirs("mlruns/0", exist_ok=True)
+with open("mlruns/0/meta.yaml", "w") as fh:
+    fh.write("name: run\\n")
+with open("grid_0.png", "wb") as fh:
+    fh.write(b"PNG")
+with open("log.jsonl", "a") as fh:
+    fh.write(json.dumps({"val_loss": helper.loss(float(p), len(text))}) + "\\n")
+print("cwd", os.getcwd())
+"""
+
+CWD_PROJECT = """\
+version: 1
+launch:
+  command: [python, train.py]
+run:
+  max_rounds: 2
+  timeout_minutes: 2
+metrics:
+  specs:
+    - name: val_loss
+      source: jsonl
+      key_or_pattern: val_loss
+      path: log.jsonl
+"""
+
+
+def test_a_guarded_round_writes_its_working_folder_in_the_round_not_the_project(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """advanced.scratch_cwd (on by default, guarded): the job runs in {round_dir}/cwd,
+    links to the project's entries; what it writes there stays with the round, the
+    project is unchanged, and a relative metric file is read from there."""
+    files = {
+        "train.py": CWD_WRITER,
+        "helper.py": "def loss(lr, n):\n    return round(abs(lr - 0.03) + n / 1000, 4)\n",
+        "data/words.txt": "abcde\n",
+    }
+    root = project(tmp_path / "cwdw", CWD_PROJECT, files)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".trainee" not in p.parts)
+    code, out = run(daemon, root)
+    assert code == 0, out
+    state = session(daemon, root, "session-0001")
+    assert [r["status"] for r in state["rounds"]] == ["completed", "completed"], out
+    assert state["rounds"][0]["primary_metric"] == pytest.approx(0.076)
+    for index in (1, 2):
+        cwd = root / ".trainee" / f"runs/session-0001/round-000{index}" / "cwd"
+        assert (cwd / "grid_0.png").read_bytes() == b"PNG"
+        assert (cwd / "mlruns/0/meta.yaml").is_file()
+        assert len((cwd / "log.jsonl").read_text().splitlines()) == 1  # each round its own
+        assert (cwd / "train.py").is_symlink() and not (cwd / ".trainee").exists()
+        log = root / ".trainee" / f"artifacts/session-0001/round-000{index}.log"
+        assert f"cwd {cwd}" in log.read_text()
+    after = sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".trainee" not in p.parts)
+    assert after == before  # the project is as it was
+
+    # without the scratch folder the same script fails on the read-only project
+    pfile = root / ".trainee" / "project.yaml"
+    text = pfile.read_text().replace("path: log.jsonl", "path: '{round_dir}/log.jsonl'")
+    pfile.write_text(text + "advanced:\n  scratch_cwd: false\n")
+    code, out = run(daemon, root)
+    assert code == 1 and "Read-only file system" in out, out
 
 
 VALUES = """\

@@ -47,6 +47,7 @@ from trainee.llm.settings import load_settings
 from trainee.policies.base import Policy, Proposal, RandomPolicy, full_params
 from trainee.policies.hybrid import HybridPolicy
 from trainee.policies.tpe import TpePolicy
+from trainee.research.analysis import param_importances
 from trainee.research.decision import DecisionPlan, params_diff, validate_plan
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts
 from trainee.research.state import ResearchState, RoundSummary, new_state, record_round
@@ -304,6 +305,11 @@ def test_tpe_knows_the_baseline_and_every_result_failed_ones_included(spec: Proj
     assert state.best is not None and view.best[0].round == state.best.index
     assert set(view.importances) <= {t.name for t in spec.tunables}
     assert view.importances and abs(sum(view.importances.values()) - 1.0) < 1e-6
+    # one implementation: the page's and the report's importance is the prompt's
+    shared = param_importances(
+        spec.tunables, [(k.params, k.metric, k.status) for k in known], state.goal
+    )
+    assert shared.available and shared.values == view.importances
 
 
 SMALL_TUNING = """\

@@ -260,11 +260,11 @@ def test_sessions_create_get_list_update(db_path: Path) -> None:
             assert got.spec["metrics"]["specs"][0]["name"] == "val_loss"
 
             updated = await store.update_session(
-                1, status="stopping", stop_reason="user asked", tokens=150, cost_usd=0.25
+                1, status="stopped", stop_reason="user_stop", tokens=150, cost_usd=0.25
             )
             assert (updated.status, updated.stop_reason, updated.tokens) == (
-                "stopping",
-                "user asked",
+                "stopped",
+                "user_stop",
                 150,
             )
             assert updated.updated_at >= created.updated_at
@@ -318,7 +318,7 @@ def test_rounds_upsert_update_get_list(db_path: Path) -> None:
             await store.create_session(session_rec(1))
             await store.create_session(session_rec(2))
             decision = await store.add_decision(decision_rec(1, 2))
-            await store.upsert_round(round_rec(1, 2, params={"lr": 0.05}))
+            await store.upsert_round(round_rec(1, 2, params={"lr": 0.05}, status="running"))
             first = await store.upsert_round(
                 round_rec(1, 1, params={"lr": 0.1, "layers": 4}, status="running", started_at=10.0)
             )
@@ -599,7 +599,7 @@ def test_concurrent_writers_in_one_process_are_serialized(db_path: Path) -> None
             await store.create_session(session_rec(1))
 
             async def writer(index: int) -> None:
-                await store.upsert_round(round_rec(1, index, params={"i": index}))
+                await store.upsert_round(round_rec(1, index, params={"i": index}, status="running"))
                 await store.add_points(1, index, [("loss", float(index), 0, 0)])
                 await store.update_round(1, index, status="completed", primary_metric=index)
 
@@ -863,6 +863,8 @@ def test_exports_from_the_store_never_contain_the_session_env(tmp_path: Path) ->
     assert written == [
         "report.md",
         "report_chart.svg",
+        "report_parallel.svg",
+        "report_slices.svg",
         "research_state.json",
         "result_ledger.csv",
         "result_ledger.jsonl",

@@ -23,8 +23,8 @@ from trainee.errors import InvalidParams, InvalidState, NotFound
 from trainee.ids import parse_session
 from trainee.policies.external import ExternalPolicy
 from trainee.research.decision import MAX_PLAN_TEXT, DecisionPlan
-from trainee.session.inputs import FINISHED
 from trainee.spec import wire as w
+from trainee.states import ROUND_FINISHED, SessionStatus
 
 WAIT_LIMIT_SEC = 24 * 3600
 
@@ -145,8 +145,8 @@ async def _result(
             rec = await store.get_session(number)
             rounds = {r.index: r for r in await store.list_rounds(number)}
             rnd = rounds.get(index)
-            done = rnd is not None and rnd.status in FINISHED
-            over = rec.status != "running"
+            done = rnd is not None and rnd.status in ROUND_FINISHED
+            over = rec.status != SessionStatus.RUNNING
             if done or over or not wait:
                 break
             with anyio.move_on_after(max(0.0, deadline - time.monotonic())) as scope:
@@ -167,7 +167,7 @@ async def _result(
         session=session,
         round=index,
         status=rnd.status,
-        finished=rnd.status in FINISHED,
+        finished=rnd.status in ROUND_FINISHED,
         params=rnd.params,
         diff=rnd.diff,
         hypothesis=rnd.hypothesis,

@@ -24,6 +24,7 @@ from trainee.api.context import CallContext
 from trainee.api.methods import registry
 from trainee.errors import InvalidParams, NotFound
 from trainee.spec import wire as w
+from trainee.store.report_views import VIEW_NAMES
 
 __all__ = [
     "DOWNLOADS",
@@ -39,6 +40,7 @@ DOWNLOADS: dict[str, str] = {
     "result_ledger.jsonl": "application/x-ndjson",
     "research_state.json": "application/json",
     "report_chart.svg": "image/svg+xml",
+    **dict.fromkeys(VIEW_NAMES, "image/svg+xml"),
 }
 """The files of a session's artifacts folder that can be downloaded (plus round logs),
 with their media types."""

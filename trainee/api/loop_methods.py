@@ -14,11 +14,19 @@ from trainee.api import resolve
 from trainee.api.context import CallContext
 from trainee.api.methods import registry
 from trainee.api.resolve import manager_of
-from trainee.errors import InvalidParams, InvalidState, NotFound, ProviderError, SandboxError
+from trainee.errors import (
+    InvalidParams,
+    InvalidState,
+    NotFound,
+    ProviderError,
+    SandboxError,
+    TraineeError,
+)
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.sandbox import check_bwrap
 from trainee.policies import needs_provider
 from trainee.policies.llm import LlmPolicy
+from trainee.research import analysis
 from trainee.session.inputs import (
     decision_budget,
     decision_slots,
@@ -28,6 +36,8 @@ from trainee.session.inputs import (
 from trainee.session.manager import SessionManager
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec import wire as w
+from trainee.states import ROUND_FINISHED, RoundStatus
+from trainee.store.db import Store
 from trainee.store.export import write_ledgers, write_report
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord
 
@@ -81,7 +91,7 @@ def _public(rec: SessionRecord) -> SessionView:
 
 def _round_fields(rec: RoundRecord, now: float | None) -> dict[str, object]:
     fields = {f: getattr(rec, f) for f in rec.__struct_fields__}
-    if rec.status == "running" and rec.last_activity_at:
+    if rec.status == RoundStatus.RUNNING and rec.last_activity_at:
         fields["idle_for"] = max(0.0, (now or time.time()) - rec.last_activity_at)
     return fields
 
@@ -321,7 +331,7 @@ async def loop_get(ctx: CallContext, params: w.SessionParams) -> LoopGetResult:
     root, rec = found.root, found.record
     rounds = await found.store.list_rounds(rec.index)
     now = time.time()
-    current = next((r for r in rounds if r.status in ("running", "pending")), None)
+    current = next((r for r in rounds if r.status not in ROUND_FINISHED), None)
     by_index = {r.index: r for r in rounds}
     running = manager_of(ctx).control_of(root, rec.index) is not None
     best = by_index.get(rec.best_round) if rec.best_round else None
@@ -482,7 +492,15 @@ async def session_report(ctx: CallContext, params: w.SessionParams) -> ReportRes
 
     def write() -> str:
         write_ledgers(layout, rec, rounds)
-        path = write_report(layout, rec, rounds, metric_name=metric, goal=goal, decisions=decisions)
+        path = write_report(
+            layout,
+            rec,
+            rounds,
+            metric_name=metric,
+            goal=goal,
+            decisions=decisions,
+            tunables=spec.tunables,
+        )
         return Path(path).read_text()
 
     try:
@@ -535,6 +553,94 @@ async def round_metrics(ctx: CallContext, params: RoundMetricsParams) -> RoundMe
         session=found.record.id,
         round=found.round.index,
         points=[(p.name, p.value, p.step, p.seq) for p in points],
+    )
+
+
+async def _spec_or_none(root: str) -> ProjectSpec | None:
+    """The project's compiled spec, or None when its files no longer load (the analysis
+    then plots the params the rounds carry)."""
+    try:
+        return await anyio.to_thread.run_sync(load_project, root)
+    except TraineeError:
+        return None
+
+
+async def _compared(
+    store: Store, rec: SessionRecord, rounds: dict[int, RoundRecord], index: int
+) -> w.ComparedRound:
+    r = rounds.get(index)
+    if r is None:
+        raise NotFound(
+            f"{rec.id} has no round {index} ({len(rounds)} round{'s' if len(rounds) != 1 else ''})",
+            {"session": rec.id, "round": index},
+        )
+    points = await store.points(rec.index, index)
+    return analysis.compared_round(rec.id, r, [(p.name, p.value, p.step, p.seq) for p in points])
+
+
+def _default_round(rec: SessionRecord, rounds: dict[int, RoundRecord]) -> int | None:
+    for index in (rec.best_round, rec.baseline_round):
+        if index is not None and index in rounds:
+            return index
+    return max(rounds, default=None)
+
+
+@registry.method(w.SessionAnalysisParams, w.SessionAnalysis)
+async def session_analysis(ctx: CallContext, params: w.SessionAnalysisParams) -> w.SessionAnalysis:
+    """The analysis views of a session: parameter importance (Optuna), the rounds over the
+    tunables (parallel coordinates, slice plots) and, when asked, two rounds side by side.
+
+    Comparing: ``left_round`` of this session (default its best) against ``right_round``
+    of ``right_session`` (default this session; default round: that session's best, or
+    this session's baseline). ``compare`` alone asks for that default comparison when
+    the session has a round (none before). The page calls it again as rounds finish.
+    """
+    found = await resolve.resolve_session(ctx, params.session, params.project_root)
+    root, rec, store = found.root, found.record, found.store
+    rounds = {r.index: r for r in await store.list_rounds(rec.index)}
+    spec = await _spec_or_none(root)
+    if spec is not None and spec.metrics.specs:
+        metric, goal = spec.metrics.specs[0].name, str(spec.metrics.specs[0].goal)
+    else:
+        metric, goal = _builtin_metric(list(rounds.values())), "min"
+    comparison = None
+    asked = params.left_round or params.right_round or params.right_session
+    if asked or (params.compare and rounds):
+        left_index = params.left_round or _default_round(rec, rounds)
+        if left_index is None:
+            raise InvalidState(
+                f"{rec.id} has no round to compare yet", {"session": rec.id, "reason": "no round"}
+            )
+        left = await _compared(store, rec, rounds, left_index)
+        other, other_rounds, other_store = rec, rounds, store
+        if params.right_session is not None and params.right_session != rec.id:
+            target = await resolve.resolve_session(ctx, params.right_session, root)
+            other, other_store = target.record, target.store
+            other_rounds = {r.index: r for r in await other_store.list_rounds(other.index)}
+        right_index = params.right_round
+        if right_index is None and other is rec:
+            right_index = rec.baseline_round if rec.baseline_round in rounds else min(rounds)
+        elif right_index is None:
+            right_index = _default_round(other, other_rounds)
+        if right_index is None:
+            raise InvalidState(
+                f"{other.id} has no round to compare yet",
+                {"session": other.id, "reason": "no round"},
+            )
+        right = await _compared(other_store, other, other_rounds, right_index)
+        comparison = analysis.compare(left, right, metric)
+    tunables = spec.tunables if spec is not None else ()
+    return await anyio.to_thread.run_sync(
+        lambda: analysis.build_analysis(
+            rec.id,
+            list(rounds.values()),
+            tunables,
+            metric=metric,
+            goal=goal,
+            baseline_round=rec.baseline_round,
+            best_round=rec.best_round,
+            comparison=comparison,
+        )
     )
 
 

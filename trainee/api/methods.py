@@ -10,6 +10,7 @@ import anyio
 import msgspec
 
 import trainee
+from trainee import states
 from trainee.api.context import CallContext
 from trainee.api.registry import Registry
 from trainee.errors import InvalidParams, InvalidState, LimitExceeded, NotFound
@@ -30,7 +31,8 @@ MAX_WATCHES = 32
 async def daemon_hello(ctx: CallContext, params: w.NoParams) -> w.HelloResult:
     """Identify the daemon: version, API version, pid and the methods it can serve.
 
-    Clients call this first; ``capabilities`` lists the methods of this version.
+    Clients call this first; ``capabilities`` lists the methods of this version and
+    ``states`` the statuses and stop reasons (what is finished, what each reason ends as).
     """
     s = ctx.services
     return w.HelloResult(
@@ -43,6 +45,7 @@ async def daemon_hello(ctx: CallContext, params: w.NoParams) -> w.HelloResult:
         http_url=s.http_url,
         project_root=str(s.project_root) if s.project_root else None,
         capabilities=registry.names(),
+        states=msgspec.convert(states.published(), w.PublishedStates),
     )
 
 

@@ -33,6 +33,7 @@ from trainee.cli.output import (
     fmt_value,
     print_json,
 )
+from trainee.states import RoundStatus, SessionStatus, StopReason
 
 TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ class Progress:
             if r and r.get("primary_metric") is not None:
                 setattr(self, key, (int(r["index"]), float(r["primary_metric"])))
         current = state.get("current_round")
-        if current and current.get("status") == "running":
+        if current and current.get("status") == RoundStatus.RUNNING:
             self.active[int(current["index"])] = float(current.get("started_at") or time.time())
 
     def round_started(self, index: int) -> None:
@@ -462,17 +463,18 @@ def finished_from_state(state: dict[str, Any]) -> dict[str, Any]:
 
 
 # A session's end as an exit status (the README's table): a normal stop is success.
-EXIT_FOR_STOP_REASON = {"provider_failed": 9, "user_stop": 0}
+EXIT_FOR_STOP_REASON: dict[str, int] = {StopReason.PROVIDER_FAILED: 9, StopReason.USER_STOP: 0}
 EXIT_SESSION_FAILED = 1
 
 
 def exit_status(finished: dict[str, Any], *, interrupted: bool) -> int:
     reason = str(finished.get("stop_reason"))
-    if interrupted and reason == "user_stop":
+    if interrupted and reason == StopReason.USER_STOP:
         return errors.EXIT_INTERRUPTED
     if reason in EXIT_FOR_STOP_REASON:
         return EXIT_FOR_STOP_REASON[reason]
-    return 0 if finished.get("status") in ("finished", "stopped") else EXIT_SESSION_FAILED
+    ok = (SessionStatus.FINISHED, SessionStatus.STOPPED)
+    return 0 if finished.get("status") in ok else EXIT_SESSION_FAILED
 
 
 def stop_hint(session: str, project_root: str | None) -> str:

@@ -21,6 +21,7 @@ from trainee.discovery.limits import Budget, analyse_budget, is_limit_key, is_ti
 from trainee.discovery.options import EntryOption, normalize_name
 from trainee.discovery.outputs import OutputOption, is_output_key, output_options
 from trainee.discovery.scan import Entrypoint, command_settings, script_index
+from trainee.spec.files import uses_scratch_cwd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -252,14 +253,33 @@ def check_output(root: Path | str, project: ProjectFileSpec, mode: str) -> Verdi
     if mode != "guarded":
         return "pass", "unsafe mode: the job may write anywhere it can", ""
     view = project_view(root, project)
-    verdict = _check_output_options(project, view)
+    scratch = _scratch_folder(root, project)
+    verdict = _check_output_options(project, view, scratch)
     if verdict[0] != "pass" or view is None:
         return verdict
-    writes = _check_relative_writes(root, project, view.entrypoint)
-    return writes if writes[0] != "pass" else verdict
+    writes = _check_relative_writes(root, project, view.entrypoint, scratch)
+    return writes if writes is not None else verdict
 
 
-def _check_output_options(project: ProjectFileSpec, view: RunView | None) -> Verdict:
+def _scratch_folder(root: Path | str, project: ProjectFileSpec) -> Path | None:
+    """The working folder whose entries a guarded round's scratch folder links to
+    (``advanced.scratch_cwd``, on by default when it is the project root), or None."""
+    work = Path(root) / project.advanced.working_dir
+    return work if uses_scratch_cwd(project.advanced, root, guarded=True) else None
+
+
+def _lands_in_scratch(scratch: Path | None, value: str) -> bool:
+    """Whether a guarded round writing to relative ``value`` writes its scratch folder
+    (a new entry there), not a link to an existing, read-only entry of the project."""
+    if scratch is None or os.path.isabs(value):
+        return False
+    first = Path(os.path.normpath(value)).parts[0] if value else ""
+    return bool(first) and first != ".." and not (scratch / first).exists()
+
+
+def _check_output_options(
+    project: ProjectFileSpec, view: RunView | None, scratch: Path | None
+) -> Verdict:
     if project.output.flag:
         return "pass", f"{project.output.flag} receives each round's outputs folder", ""
     if project.output.config_path:
@@ -272,6 +292,13 @@ def _check_output_options(project: ProjectFileSpec, view: RunView | None) -> Ver
     if view.hydra is not None or ep.framework == "hydra":
         if "hydra.run.dir" in view.settings:
             return "pass", "hydra.run.dir is set by the project's arguments", ""
+        if _lands_in_scratch(scratch, "outputs"):
+            return (
+                "warn",
+                f"{ep.path} is a Hydra app: its run folder goes under outputs/ of the round's "
+                "scratch working folder ({round_dir}/cwd), not its outputs folder",
+                "set output.flag: hydra.run.dir (or launch.config_style: hydra) in project.yaml",
+            )
         return (
             "fail",
             f"{ep.path} is a Hydra app: it writes its run folder under outputs/ in the "
@@ -292,6 +319,14 @@ def _check_output_options(project: ProjectFileSpec, view: RunView | None) -> Ver
             if o.primary
             else f"add to run.fixed_args: flag {o.flag}, value '{{outputs_dir}}/{name}'"
         )
+        if _lands_in_scratch(scratch, value):
+            return (
+                "warn",
+                f"{ep.path} writes to {value!r} through {o.flag}{where}: in a guarded round "
+                "that is the round's scratch working folder ({round_dir}/cwd), not its "
+                "outputs folder",
+                fix,
+            )
         return (
             "fail",
             f"{ep.path} writes to {value!r} through {o.flag}{where}: inside the project, "
@@ -301,21 +336,35 @@ def _check_output_options(project: ProjectFileSpec, view: RunView | None) -> Ver
     return "pass", "no output option writes into the project", ""
 
 
-def _check_relative_writes(root: Path | str, project: ProjectFileSpec, ep: Entrypoint) -> Verdict:
+def _check_relative_writes(
+    root: Path | str, project: ProjectFileSpec, ep: Entrypoint, scratch: Path | None
+) -> Verdict | None:
     """Files the entrypoint writes at paths relative to the working directory: the
-    read-only project in a guarded round, unless the command runs from a round folder."""
+    read-only project in a guarded round, unless the command runs from a round folder
+    (its scratch folder, or one a shell command enters), where they land. None when
+    there is nothing to say."""
     from trainee.discovery.outputs import relative_writes
 
     shell = project.advanced.shell_command or ""
     if re.search(r"\bcd\s+['\"]?\{(?:round_dir|outputs_dir)\}", shell):
-        return "pass", "the command runs from the round's folder", ""
+        return None  # the command runs from the round's folder
     try:
         text = (Path(root) / ep.path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         text = ""
     writes = relative_writes(text[: 1 << 20])
     if not writes:
-        return "pass", "no output option writes into the project", ""
+        return None
+    blocked = [(line, path) for line, path in writes if not _lands_in_scratch(scratch, path)]
+    if scratch is not None and not blocked:
+        shown = ", ".join(f"line {line} {path!r}" for line, path in writes[:3])
+        return (
+            "pass",
+            f"{ep.path} writes files relative to its working folder ({shown}): a guarded "
+            "round runs in its scratch folder ({round_dir}/cwd), where they land",
+            "",
+        )
+    writes = blocked if scratch is not None else writes
     shown = ", ".join(f"line {line} {path!r}" for line, path in writes[:3])
     script = f"{{project_root}}/{ep.path}" if ep.kind == "script" else " ".join(ep.command[1:])
     return (

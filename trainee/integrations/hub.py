@@ -42,6 +42,7 @@ from trainee.llm.settings import load_notify, redact
 from trainee.spec import ProjectSpec, load_project
 from trainee.spec.files import NotifySpec
 from trainee.spec.wire import Event
+from trainee.states import ROUND_FINISHED, RoundStatus
 from trainee.store.db import Store
 from trainee.store.records import RoundRecord, SessionRecord
 
@@ -92,7 +93,6 @@ class SessionIntegrations:
         record: SessionRecord,
         layout: SessionLayout,
         subscribe: Subscribe,
-        finished_statuses: frozenset[str],
         http_url: str = "",
         restarted: bool = False,
         user_notify: Callable[[], NotifySpec | None] = load_notify,
@@ -102,7 +102,6 @@ class SessionIntegrations:
         self.layout = layout
         self._subscribe = subscribe
         self._source, self._backlog, _ = subscribe(None)
-        self._finished = finished_statuses
         self._http_url = http_url.rstrip("/")
         self._restarted = restarted
         self._user_notify = user_notify
@@ -243,15 +242,17 @@ class SessionIntegrations:
         for w in self.workers.values():
             self._submit(w, self.info)
         rounds = await self.store.list_rounds(rec.index)
-        done = [r for r in rounds if r.status in self._finished]
-        self._rounds_done = len([r for r in done if r.status != "stopped"])
+        done = [r for r in rounds if r.status in ROUND_FINISHED]
+        self._rounds_done = len([r for r in done if r.status != RoundStatus.STOPPED])
         for r in done:
             if r.verdict == "baseline":
                 self._baseline = r.primary_metric
         best = next((r for r in rounds if r.index == rec.best_round), None)
         self._best = best.primary_metric if best else None
         self._running = {
-            r.index: r.last_activity_at or time.time() for r in rounds if r.status == "running"
+            r.index: r.last_activity_at or time.time()
+            for r in rounds
+            if r.status == RoundStatus.RUNNING
         }
         self._check_budgets(rec, notify=False)  # what was crossed before this start is old news
         if self.workers and done:  # rounds that ended while nothing exported them
@@ -260,7 +261,7 @@ class SessionIntegrations:
                 for w in self.workers.values():
                     self._submit(w, snap)
         if self._restarted:
-            unfinished = [r.index for r in rounds if r.status not in self._finished]
+            unfinished = [r.index for r in rounds if r.status not in ROUND_FINISHED]
             self._notify(resumed_message(self.info, self._rounds_done, unfinished))
 
     # -- events -----------------------------------------------------------------------------
@@ -341,7 +342,7 @@ class SessionIntegrations:
         snap = await self._snapshot(rec)
         for w in self.workers.values():
             self._submit(w, snap)
-        if rec.status in self._finished and rec.status != "stopped":
+        if rec.status in ROUND_FINISHED and rec.status != RoundStatus.STOPPED:
             self._rounds_done += 1
         if rec.verdict == "baseline":
             self._baseline = self._best = rec.primary_metric
@@ -367,7 +368,13 @@ class SessionIntegrations:
             best_metric=_number(data.get("best_metric")),
             best_params=best if isinstance(best, dict) else None,
             baseline_metric=_number(data.get("baseline_metric")),
-            rounds=len([r for r in rounds if r.status in self._finished and r.status != "stopped"]),
+            rounds=len(
+                [
+                    r
+                    for r in rounds
+                    if r.status in ROUND_FINISHED and r.status != RoundStatus.STOPPED
+                ]
+            ),
             report_path=str(self.layout.report),
             finished_at=rec.finished_at or time.time(),
         )

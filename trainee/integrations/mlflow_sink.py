@@ -21,6 +21,7 @@ from trainee.integrations.config import MlflowTarget
 from trainee.integrations.snapshot import RoundSnapshot, SessionEnd, SessionInfo, mlflow_status
 from trainee.integrations.state import SinkState
 from trainee.spec.integrations import is_file_store
+from trainee.states import SessionStatus
 
 __all__ = ["ARTIFACT_LOG_BYTES", "MlflowSink", "prepare_environment"]
 
@@ -29,6 +30,8 @@ ARTIFACT_LOG_BYTES = 32 * 2**20
 _BATCH = 1000  # MLflow's log_batch limit of metrics per call (params and tags: 100)
 _PARAM_LEN = 6000
 _TAG_LEN = 5000
+_MLFLOW_END: dict[str, str] = {SessionStatus.FINISHED: "FINISHED", SessionStatus.STOPPED: "KILLED"}
+"""A session status as the parent run's MLflow status (any other: FAILED)."""
 
 _ENV_DEFAULTS = {
     # a dead server fails within about a minute instead of MLflow's several minutes
@@ -231,7 +234,7 @@ class MlflowSink:
         report = Path(end.report_path)
         if self.target.artifacts and report.is_file():
             client.log_artifact(parent, str(report))
-        status = {"finished": "FINISHED", "stopped": "KILLED"}.get(end.status, "FAILED")
+        status = _MLFLOW_END.get(end.status, "FAILED")
         client.set_terminated(parent, status, end_time=ts)
 
 

@@ -18,6 +18,7 @@ from trainee.integrations.config import secrets_of
 from trainee.integrations.snapshot import RoundSnapshot, SessionEnd, SessionInfo
 from trainee.llm.settings import redact
 from trainee.research.state import format_metric
+from trainee.states import RoundStatus, SessionStatus
 
 __all__ = [
     "AppriseSender",
@@ -33,6 +34,8 @@ __all__ = [
 
 _SEND_LOCK = threading.Lock()
 """Apprise's log capture is process-wide: one notification at a time."""
+_ENDED_AS: dict[str, str] = {SessionStatus.STOPPED: "was stopped"}
+"""How a session's end reads in a message (finished, failed: the status itself)."""
 
 
 class NotifyFailed(Exception):
@@ -70,8 +73,8 @@ def _params(params: dict[str, Any], limit: int = 6) -> str:
 def finished_message(end: SessionEnd) -> Message:
     info = end.info
     name = info.metric_name or "metric"
-    failed = end.status == "failed"
-    word = {"finished": "finished", "stopped": "was stopped"}.get(end.status, "failed")
+    failed = end.status == SessionStatus.FAILED
+    word = _ENDED_AS.get(end.status, end.status)
     lines = [
         f"{info.session} of {info.project} {word} ({end.stop_reason or end.status}) after {end.rounds} round(s)."
     ]
@@ -118,7 +121,7 @@ def new_best_message(r: RoundSnapshot, previous: float | None, baseline: float |
 def round_failed_message(r: RoundSnapshot) -> Message | None:
     """Only for a failure with a named cause (timeout, out of memory, nan)."""
     cause = r.cause
-    if cause is None or (r.status == "completed" and r.primary is not None):
+    if cause is None or (r.status == RoundStatus.COMPLETED and r.primary is not None):
         return None
     info = r.info
     how = f"exit code {r.returncode}" if r.returncode not in (None, 0) else r.status

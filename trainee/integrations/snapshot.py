@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainee.research.state import failure_kind
+from trainee.states import RoundStatus
 
 __all__ = [
     "RoundSnapshot",
@@ -123,17 +124,17 @@ def failure_cause(status: str, lines: list[str]) -> str | None:
     """The named cause of a round that failed: ``timeout``, ``out of memory`` or
     ``nan/divergence`` (:func:`trainee.research.state.failure_kind` over its log tail and
     warnings), else None."""
-    if status == "timed_out":
+    if status == RoundStatus.TIMED_OUT:
         return "timeout"
-    if status in ("failed", "completed_without_metrics", "completed"):
+    if status in (RoundStatus.FAILED, RoundStatus.COMPLETED_WITHOUT_METRICS, RoundStatus.COMPLETED):
         return failure_kind(lines)
     return None
 
 
 def mlflow_status(status: str) -> str:
     """A round status as MLflow's run status."""
-    if status == "completed":
+    if status == RoundStatus.COMPLETED:
         return "FINISHED"
-    if status == "stopped":
+    if status == RoundStatus.STOPPED:
         return "KILLED"
     return "FAILED"

@@ -19,6 +19,7 @@ from typing import Any
 from trainee.integrations.config import WandbTarget
 from trainee.integrations.snapshot import RoundSnapshot, SessionEnd, SessionInfo
 from trainee.integrations.state import SinkState
+from trainee.states import RoundStatus, SessionStatus
 
 __all__ = ["WandbSink", "prepare_environment"]
 
@@ -128,7 +129,7 @@ class WandbSink:
             if self.target.artifacts:
                 self._files(run, r)
         finally:
-            run.finish(exit_code=0 if r.status == "completed" else 1)
+            run.finish(exit_code=0 if r.status == RoundStatus.COMPLETED else 1)
         self.state.set_round(r.index, run_id=run.id, dir=str(Path(run.dir).parent), done=True)
 
     def _files(self, run: Any, r: RoundSnapshot) -> None:
@@ -177,6 +178,6 @@ class WandbSink:
                 shutil.copyfile(report, Path(run.dir) / "report.md")
                 run.save(str(Path(run.dir) / "report.md"), base_path=run.dir, policy="now")
         finally:
-            run.finish(exit_code=0 if end.status == "finished" else 1)
+            run.finish(exit_code=0 if end.status == SessionStatus.FINISHED else 1)
         self.state.data["session_run_id"] = run.id
         self.state.save()

@@ -44,6 +44,7 @@ from trainee.spec import (
     render_param,
 )
 from trainee.spec.compile import HYDRA_OUTPUT_KEYS
+from trainee.spec.files import SCRATCH_CWD, uses_scratch_cwd
 
 __all__ = [
     "DROPPED_ENV",
@@ -160,13 +161,42 @@ def render_round(
         rnd.outputs.mkdir(parents=True, exist_ok=True)
         config = write_round_config(spec, rnd, params)
     env = build_env(spec, rnd, base_env, create=write_config)
+    cwd = job_cwd(spec, rnd, mode)
+    if write_config and cwd != spec.working_dir:
+        make_scratch_cwd(spec, Path(cwd))
     return RenderedRound(
         argv=argv,
         env=env,
-        cwd=spec.working_dir,
+        cwd=cwd,
         config_path=str(config) if config is not None else None,
         display=display,
     )
+
+
+_NOT_LINKED = frozenset({".trainee"})
+
+
+def job_cwd(spec: ProjectSpec, rnd: RoundLayout, mode: SecurityMode | str | None = None) -> str:
+    """The folder the round's job runs in: its scratch folder, or the working folder."""
+    guarded = _security_mode(spec, mode) == SecurityMode.GUARDED
+    if uses_scratch_cwd(spec.advanced, spec.project_root, guarded=guarded):
+        return str(rnd.dir / SCRATCH_CWD)
+    return spec.working_dir
+
+
+def make_scratch_cwd(spec: ProjectSpec, folder: Path) -> None:
+    """Fill ``folder`` with a link to each entry of the working folder (its real path,
+    as the sandbox binds it), but trainee's own ``.trainee``. Entries already there (a
+    round run again, or the job's own files) are left as they are."""
+    folder.mkdir(parents=True, exist_ok=True)
+    source = os.path.realpath(spec.working_dir)
+    with os.scandir(source) as entries:
+        names = sorted(e.name for e in entries if e.name not in _NOT_LINKED)
+    for name in names:
+        link = folder / name
+        if link.is_symlink() or link.exists():
+            continue
+        os.symlink(os.path.join(source, name), link)
 
 
 def _security_mode(spec: ProjectSpec, mode: SecurityMode | str | None) -> SecurityMode:

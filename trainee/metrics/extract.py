@@ -74,7 +74,7 @@ from trainee.errors import ConfigError, InvalidParams, InvalidState
 from trainee.metrics.csv_source import CsvReader
 from trainee.metrics.tb_source import TensorBoardReader
 from trainee.metrics.wandb_source import find_wandb_summary
-from trainee.spec.files import Goal, MetricSource, MetricSpec
+from trainee.spec.files import Goal, MetricSource, MetricSpec, job_path_base
 from trainee.spec.regexcheck import check_pattern
 
 __all__ = [
@@ -324,7 +324,8 @@ class Extractor:
     """Collects the metrics of one round from its output, log files and metric files.
 
     ``placeholders`` are the round's path values (``RoundLayout.placeholders()``);
-    relative spec paths are relative to ``project_root``. Raises ConfigError for a
+    relative spec paths are relative to the job's ``cwd`` (default ``project_root``),
+    ``.trainee/...`` ones to ``project_root``. Raises ConfigError for a
     spec the loader should have refused (bad regex, unknown placeholder, no path).
     """
 
@@ -339,6 +340,7 @@ class Extractor:
         wandb_dirs: Sequence[str] = (),
         since: float | None = None,
         within: Sequence[str] | None = None,
+        cwd: str | None = None,
     ) -> None:
         if max_points < 1:
             raise InvalidParams(f"max_points must be at least 1, got {max_points}")
@@ -350,6 +352,8 @@ class Extractor:
         self._specs = tuple(specs)
         self._placeholders = dict(placeholders)
         self._root = os.path.normpath(os.path.abspath(project_root))
+        self._cwd = os.path.normpath(os.path.abspath(cwd)) if cwd else self._root
+        """Where the job runs (its scratch folder): relative paths but .trainee/ start here."""
         # metric files are the job's: read only inside the project (and its .trainee/,
         # wherever that lives) and the round's own folders, never through a link leading
         # elsewhere
@@ -432,7 +436,8 @@ class Extractor:
 
         text = _PLACEHOLDER.sub(fill, raw)
         if not os.path.isabs(text):
-            text = os.path.join(glob.escape(self._root), text)
+            base = job_path_base(text, cwd=self._cwd, project_root=self._root)
+            text = os.path.join(glob.escape(base), text)
         return os.path.normpath(text)
 
     # -- text sources ----------------------------------------------------------------------

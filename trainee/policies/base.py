@@ -21,6 +21,7 @@ from trainee.research.decision import DecisionPlan, effective_params, params_dif
 from trainee.research.state import ResearchState, RoundSummary
 from trainee.spec import ParamType, TunableSpec
 from trainee.spec.constraints import Constraint
+from trainee.states import RoundStatus
 
 MAX_DRAWS = 200
 """Random draws per decision before the space counts as exhausted (untried points that
@@ -277,7 +278,7 @@ def with_pending(
         extra.append(
             RoundSummary(
                 index=first + i,
-                status="running",
+                status=RoundStatus.RUNNING,
                 params=params,
                 diff=params_diff(dict(baseline), params),
                 metric=None,

@@ -16,19 +16,22 @@ their parameters and are left out.
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import math
-import threading
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from trainee.errors import NotAvailable
 from trainee.policies.base import Proposal, round_sig, sample_point, seeded_rng
+from trainee.research.analysis import fit_value as _fit
+from trainee.research.analysis import (
+    is_complete,
+    load_optuna,
+    optuna_available,
+    param_importances,
+    search_space,
+)
+from trainee.research.analysis import quiet_optuna as _quiet
 from trainee.research.decision import (
     DecisionPlan,
     Problem,
@@ -36,12 +39,12 @@ from trainee.research.decision import (
     params_diff,
     params_equal,
     validate_plan,
-    values_equal,
 )
 from trainee.research.prompt import format_diff
 from trainee.research.state import ResearchState, format_metric
-from trainee.spec import ParamType, TunableSpec
+from trainee.spec import TunableSpec
 from trainee.spec.constraints import Constraint
+from trainee.states import RoundStatus
 
 if TYPE_CHECKING:
     import optuna
@@ -65,9 +68,6 @@ MAX_ASKS = 60
 
 TOP_TRIALS = 3
 """How many of the best known results the optimizer's view lists."""
-
-_OPTUNA_LOCK = threading.Lock()
-"""Optuna calls run in worker threads; ``warnings.catch_warnings`` is process-global."""
 
 
 @dataclass(frozen=True)
@@ -106,72 +106,12 @@ class OptimizerView:
         return self.completed + self.failed < self.startup_trials
 
 
-def optuna_available() -> bool:
-    return importlib.util.find_spec("optuna") is not None
-
-
 def _optuna() -> Any:
     """The optuna module, quiet; NotAvailable when the extra is not installed."""
-    try:
-        import optuna
-    except ImportError:
-        raise NotAvailable(
-            "the tpe and hybrid policies need Optuna, an optional extra: "
-            "pip install 'trainee[optuna]'",
-            {"field": "policy", "reason": "optuna is not installed"},
-        ) from None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna
-
-
-def search_space(tunables: Sequence[TunableSpec]) -> dict[str, BaseDistribution]:
-    """Optuna distributions of the searchable tunables (choices, bools, bounded numbers).
-
-    A number without both bounds is not searched: it keeps its baseline value.
-    """
-    optuna = _optuna()
-    dist = optuna.distributions
-    out: dict[str, BaseDistribution] = {}
-    for t in tunables:
-        if t.choices:
-            out[t.name] = dist.CategoricalDistribution(list(t.choices))
-        elif t.type == ParamType.BOOL:
-            out[t.name] = dist.CategoricalDistribution([False, True])
-        elif t.min_value is None or t.max_value is None:
-            continue
-        elif t.type == ParamType.INT:
-            lo, hi = math.ceil(t.min_value), math.floor(t.max_value)
-            if lo <= hi:
-                out[t.name] = dist.IntDistribution(lo, hi, log=bool(t.log and lo >= 1))
-        elif t.type == ParamType.FLOAT:
-            lo_f, hi_f = float(t.min_value), float(t.max_value)
-            if lo_f <= hi_f:
-                out[t.name] = dist.FloatDistribution(lo_f, hi_f, log=bool(t.log and lo_f > 0))
-    return out
-
-
-def _fit(value: Any, d: BaseDistribution) -> tuple[bool, Any]:
-    """``(True, value as the distribution holds it)`` when ``value`` lies in ``d``."""
-    from optuna.distributions import (
-        CategoricalDistribution,
-        FloatDistribution,
-        IntDistribution,
+    return load_optuna(
+        "the tpe and hybrid policies need Optuna, an optional extra: pip install 'trainee[optuna]'",
+        {"field": "policy", "reason": "optuna is not installed"},
     )
-
-    if isinstance(d, CategoricalDistribution):
-        for choice in d.choices:
-            if values_equal(value, choice, rel_tol=0.0):
-                return True, choice
-        return False, None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return False, None
-    if isinstance(d, IntDistribution):
-        if float(value).is_integer() and d.low <= value <= d.high:
-            return True, int(value)
-        return False, None
-    if isinstance(d, FloatDistribution) and d.low <= value <= d.high:
-        return True, float(value)
-    return False, None
 
 
 def _rounded(params: Mapping[str, Any], space: Mapping[str, BaseDistribution]) -> dict[str, Any]:
@@ -300,7 +240,7 @@ class TpePolicy:
         if first is not None:
             out.append(KnownPoint(dict(first.params), first.metric, first.status, 1))
         out.extend(self.told)
-        return [k for k in out if k.status != "stopped"]
+        return [k for k in out if k.status != RoundStatus.STOPPED]
 
     def suggest(
         self,
@@ -363,7 +303,6 @@ class TpePolicy:
 
     def view(self, state: ResearchState, tunables: Sequence[TunableSpec]) -> OptimizerView:
         """The optimizer's state: counts, best known results, parameter importances."""
-        space = search_space(tunables)
         known = self.known(state)
         done = [k for k in known if _is_complete(k)]
         failed = len(known) - len(done)
@@ -373,17 +312,11 @@ class TpePolicy:
         view = OptimizerView(
             completed=len(done), failed=failed, startup_trials=self.startup_trials, best=best
         )
-        if len(done) < 2 or not space:
-            view.importance_note = "not available yet: needs at least 2 completed results"
-            return view
-        with _quiet():
-            study = self._study(state, space, known)
-            try:
-                view.importances = _importances(study)
-            except Exception as exc:  # tiny or degenerate studies: say so, carry on
-                view.importance_note = f"not available yet ({type(exc).__name__}: {exc})"
-        if not view.importances and not view.importance_note:
-            view.importance_note = "not available yet"
+        importance = param_importances(
+            tunables, [(k.params, k.metric, k.status) for k in known], state.goal
+        )
+        view.importances = dict(importance.values)
+        view.importance_note = importance.note
         return view
 
     # -- internals -----------------------------------------------------------------------
@@ -483,7 +416,7 @@ def _tell_infeasible(
 
 
 def _is_complete(point: KnownPoint) -> bool:
-    return point.status == "completed" and point.metric is not None and math.isfinite(point.metric)
+    return is_complete(point.metric, point.status)
 
 
 def _finished_count(study: optuna.Study) -> int:
@@ -501,20 +434,6 @@ def _with_round(point: KnownPoint, state: ResearchState) -> KnownPoint:
     return point
 
 
-def _importances(study: optuna.Study) -> dict[str, float]:
-    import optuna
-
-    try:
-        from optuna.importance import PedAnovaImportanceEvaluator
-    except ImportError:  # older Optuna: its default evaluator
-        result = optuna.importance.get_param_importances(study)
-    else:
-        result = optuna.importance.get_param_importances(
-            study, evaluator=PedAnovaImportanceEvaluator()
-        )
-    return {str(k): float(v) for k, v in result.items()}
-
-
 def _expected(state: ResearchState) -> str:
     name = state.primary_metric or "metric"
     best = state.best.metric if state.best is not None else None
@@ -522,14 +441,3 @@ def _expected(state: ResearchState) -> str:
         return f"{name}: unknown, no completed round yet"
     word = "above" if state.goal == "max" else "below"
     return f"{name} {word} {format_metric(best)}, the best so far"
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Serialize Optuna calls and hide its ExperimentalWarning / FutureWarning noise
-    (``warnings.catch_warnings`` is process-global and Optuna runs in worker threads)."""
-    optuna = _optuna()
-    with _OPTUNA_LOCK, warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        warnings.simplefilter("ignore", FutureWarning)
-        yield

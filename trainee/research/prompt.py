@@ -31,6 +31,7 @@ from trainee.research.state import (
 from trainee.research.text import truncate
 from trainee.spec import ParamType, TunableSpec
 from trainee.spec.constraints import Constraint
+from trainee.states import RoundStatus
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -379,8 +380,12 @@ def _best(state: ResearchState) -> str:
     return "\n".join(lines)
 
 
+_FAILED = (RoundStatus.FAILED, RoundStatus.TIMED_OUT)
+"""Round statuses whose log tail says what went wrong."""
+
+
 def _status(r: RoundSummary) -> str:
-    kind = failure_kind(r.failure_tail) if r.status in ("failed", "timed_out") else None
+    kind = failure_kind(r.failure_tail) if r.status in _FAILED else None
     return f"{r.status}: {kind}" if kind else r.status
 
 
@@ -519,7 +524,7 @@ def _duration(seconds: float) -> str:
 
 def _failure(state: ResearchState, max_lines: int) -> tuple[str, str] | None:
     """Heading and text of the last failed round's log tail, or None."""
-    failed = [r for r in state.rounds if r.status in ("failed", "timed_out") and r.failure_tail]
+    failed = [r for r in state.rounds if r.status in _FAILED and r.failure_tail]
     if not failed:
         return None
     r = max(failed, key=lambda x: x.index)

@@ -18,6 +18,8 @@ from typing import Any
 
 import msgspec
 
+from trainee.states import RoundStatus
+
 __all__ = [
     "FALLBACK_METRICS",
     "GOALS",
@@ -189,9 +191,9 @@ def _record(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState,
     prediction, detail = NOT_CHECKABLE, ""
 
     verdict: str | None
-    if status == "stopped":
+    if status == RoundStatus.STOPPED:
         verdict, reason = None, "stopped before it finished; not judged"
-    elif status == "completed" and metric is not None and math.isfinite(metric):
+    elif status == RoundStatus.COMPLETED and metric is not None and math.isfinite(metric):
         prediction, detail = judge_expected(
             summary.expected,
             primary=primary,
@@ -254,7 +256,7 @@ def _record(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState,
         baseline = best = judged
     elif verdict == KEPT:
         best = judged
-    if status != "stopped":
+    if status != RoundStatus.STOPPED:
         tried.append(
             {
                 "round": summary.index,
@@ -322,10 +324,10 @@ def _resolve_metric(primary: str | None, summary: RoundSummary) -> tuple[str | N
 def _failure_reason(summary: RoundSummary, primary: str | None, metric: float | None) -> str:
     status = summary.status
     kind = failure_kind(summary.failure_tail)
-    if status == "completed":
+    if status == RoundStatus.COMPLETED:
         if metric is not None and not math.isfinite(metric):
             return f"completed: {primary or 'metric'} is {metric} (nan/divergence)"
-        status = "completed_without_metrics"
+        status = RoundStatus.COMPLETED_WITHOUT_METRICS
         kind = kind or (f"no value for {primary}" if primary else "no metric")
     return f"{status}: {kind}" if kind else status
 

@@ -12,9 +12,6 @@ from trainee.store.records import DecisionRecord
 
 __all__ = ["decision_event", "decision_record"]
 
-_ATTEMPT_FIELDS = ("provider", "model", "url", "kind", "status", "error")
-"""What a ``decision`` event shows of each failed provider attempt."""
-
 
 def decision_record(session: int, index: int, p: Proposal, *, accepted: bool) -> DecisionRecord:
     """The decision row of proposal ``p`` for round ``index`` (not yet stored)."""
@@ -62,8 +59,20 @@ def decision_event(index: int, p: Proposal, diff: dict[str, Any]) -> dict[str, A
         "response_format": p.response_format,
         "attempts": len(p.attempts),
         "failed_attempts": [
-            {k: a.get(k) for k in _ATTEMPT_FIELDS}
+            _attempt_view(a)
             for a in p.attempts
             if not a.get("ok") and a.get("kind") != "refused_format"
         ],
+    }
+
+
+def _attempt_view(attempt: dict[str, Any]) -> dict[str, Any]:
+    """What a ``decision`` event shows of a failed provider attempt."""
+    return {
+        "provider": attempt.get("provider"),
+        "model": attempt.get("model"),
+        "url": attempt.get("url"),
+        "kind": attempt.get("kind"),
+        "status": attempt.get("status"),
+        "error": attempt.get("error"),
     }

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from trainee.spec import ConfigStyle, ProjectSpec
+from trainee.states import RoundStatus
 
 __all__ = ["failure_hint"]
 
@@ -174,7 +175,7 @@ def failure_hint(
     signal: str | None = None,
 ) -> str:
     """The likely fix for a failed round, from the last lines of its log."""
-    if status == "timed_out":
+    if status == RoundStatus.TIMED_OUT:
         return (
             f"it ran past run.timeout_minutes ({spec.run.timeout_minutes:g}): raise it, or lower "
             "the training limit (epochs, steps) in run.fixed_args"

@@ -23,6 +23,7 @@ from trainee.research.state import (
     record_round,
 )
 from trainee.spec import ProjectSpec, min_rounds_of
+from trainee.states import ROUND_FINISHED, RoundStatus
 from trainee.store.records import RoundRecord, SessionRecord
 
 __all__ = [
@@ -37,8 +38,9 @@ __all__ = [
     "round_summary",
 ]
 
-FINISHED = frozenset({"completed", "completed_without_metrics", "failed", "timed_out", "stopped"})
-"""Round statuses after which nothing changes (a re-run round starts again as pending)."""
+FINISHED = ROUND_FINISHED
+"""trainee.states.ROUND_FINISHED under its old name (runner.py imports it; removed when the
+round helper lands)."""
 
 
 @dataclass
@@ -74,7 +76,7 @@ def rebuild_state(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> ResearchS
     goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
     state = new_state(primary, goal)
     for r in rounds:
-        if r.status in FINISHED:
+        if r.status in ROUND_FINISHED:
             state, _ = record_round(state, round_summary(r))
     return state
 
@@ -82,13 +84,13 @@ def rebuild_state(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> ResearchS
 def observe_history(policy: Policy, rounds: Iterable[RoundRecord]) -> None:
     """Tell ``policy`` the results of the finished rounds after the baseline (resume)."""
     for r in rounds:
-        if r.status in FINISHED and r.index > 1:
+        if r.status in ROUND_FINISHED and r.index > 1:
             policy.observe(r.params, r.primary_metric, r.status)
 
 
 def counted_rounds(done: Iterable[RoundRecord]) -> int:
     """Rounds that use up the budget of rounds: finished, and not stopped by the user."""
-    return len([r for r in done if r.status in FINISHED and r.status != "stopped"])
+    return len([r for r in done if r.status in ROUND_FINISHED and r.status != RoundStatus.STOPPED])
 
 
 def budgets_of(spec: ProjectSpec) -> Budgets:

@@ -33,10 +33,9 @@ from trainee.policies.external import ExternalPolicy
 from trainee.policies.llm import LlmPolicy
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, journal_section
 from trainee.session.bus import EventBus
-from trainee.session.inputs import FINISHED
 from trainee.session.runner import SessionControl, SessionRunner
 from trainee.spec import ProjectSpec
-from trainee.states import StopReason
+from trainee.states import SessionStatus, StopReason
 from trainee.store.db import Store
 from trainee.store.records import SessionRecord
 
@@ -147,7 +146,7 @@ class SessionManager:
                 continue
             try:
                 store = await self.store_for(root)
-                records = await store.list_sessions(status="running")
+                records = await store.list_sessions(status=SessionStatus.RUNNING)
             except Exception:
                 log.exception("cannot read sessions of %s", root)
                 continue
@@ -269,7 +268,6 @@ class SessionManager:
             subscribe=lambda since: self.bus.subscribe(
                 since=since, session=record.id, kinds=SUBSCRIBED_KINDS
             ),
-            finished_statuses=frozenset(FINISHED),
             http_url=self.http_url,
             restarted=restarted,
         )
@@ -342,7 +340,7 @@ class SessionManager:
             index=index,
             id=session_id(index),
             project_root=root,
-            status="running",
+            status=SessionStatus.RUNNING,
             stop_reason=None,
             policy=policy,
             security_mode=security_mode,
@@ -383,7 +381,7 @@ class SessionManager:
             index = parse_session(session)
             await store.get_session(index)
             fields: dict[str, Any] = {
-                "status": "running",
+                "status": SessionStatus.RUNNING,
                 "stop_reason": None,
                 "error": None,
                 "finished_at": None,

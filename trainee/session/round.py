@@ -16,6 +16,7 @@ import glob
 import hashlib
 import logging
 import math
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -30,7 +31,7 @@ from trainee.jobfiles import find_job_files
 from trainee.launch.backends import Backend, JobRef, JobState, RoundJob
 from trainee.launch.backends.base import clear_job_files
 from trainee.launch.layout import CONTROL_LAYOUT, ProjectLayout, RoundLayout, SessionLayout
-from trainee.launch.render import build_env, render_round
+from trainee.launch.render import build_env, job_cwd, render_round
 from trainee.launch.sandbox import wrap
 from trainee.metrics.extract import Extractor, MetricPoint
 from trainee.monitor.activity import Activity
@@ -38,6 +39,7 @@ from trainee.monitor.process import ExitInfo, Limits, revoke_launch
 from trainee.monitor.tail import Line, tail_files
 from trainee.research.state import RoundSummary
 from trainee.spec import ProjectSpec, SecurityMode
+from trainee.spec.files import job_path_base
 from trainee.states import RoundStatus
 from trainee.store.db import Store
 from trainee.store.records import RoundRecord
@@ -436,14 +438,20 @@ class _Watch:
         self.rnd, self.ref, self.job = rnd, ref, job
         self.round_log = str(rnd.log)
         placeholders = rnd.placeholders()
+        # relative metric, log and signal paths: in the scratch folder the job writes,
+        # else in the project
+        cwd = job_cwd(spec, rnd, ctx.security_mode)
+        if cwd == spec.working_dir:
+            cwd = str(ctx.layout.project_root)
         self.extractor = Extractor(
             spec.metrics.specs,
             placeholders=placeholders,
             project_root=str(ctx.layout.project_root),
+            cwd=cwd,
             # a wandb_summary without path: the newest W&B run of this round, found
             # below the round's WANDB_DIR or the working folder (its summary is written
             # while the job runs, so after this time)
-            wandb_dirs=(build_env(spec, rnd, {}, create=False)["WANDB_DIR"], spec.working_dir),
+            wandb_dirs=(build_env(spec, rnd, {}, create=False)["WANDB_DIR"], cwd),
             since=rec.started_at or time.time(),
         )
         # Re-parse from the start for metrics; show only what was not shown before.
@@ -457,7 +465,7 @@ class _Watch:
             str(rnd.session.artifacts.resolve()),
         ]
         self.patterns = [self.round_log] + [
-            _fill(p, placeholders, spec) for p in spec.advanced.log_paths
+            _fill(p, placeholders, cwd) for p in spec.advanced.log_paths
         ]
         self.offsets: dict[str, int] = {}
         self.tail_lines: list[str] = []
@@ -466,7 +474,7 @@ class _Watch:
         self.stop_tail = anyio.Event()
         self.tail_finished = anyio.Event()
         self.activity = Activity(started_at=time.time(), within=self.within)
-        self.mtime_globs, self.heartbeat_globs = _signal_globs(spec, placeholders)
+        self.mtime_globs, self.heartbeat_globs = _signal_globs(spec, placeholders, cwd)
 
     def saved_position(self) -> dict[str, Any]:
         """How far the round's files were read and when it was last active (stored so
@@ -641,7 +649,7 @@ def _extract(extractor: Extractor, by_file: dict[str, list[str]]) -> list[Metric
 
 
 def _signal_globs(
-    spec: ProjectSpec, placeholders: Mapping[str, str]
+    spec: ProjectSpec, placeholders: Mapping[str, str], cwd: str
 ) -> tuple[list[str], list[str]]:
     """Absolute globs of the file-based activity signals: (mtime files, heartbeat files)."""
     mtimes: list[str] = []
@@ -649,7 +657,7 @@ def _signal_globs(
     for source in spec.advanced.signal_sources:
         target = beats if str(source.type) == "heartbeat_file" else mtimes
         if str(source.type) in ("log_file_mtime", "heartbeat_file"):
-            target.extend(_fill(p, placeholders, spec) for p in source.paths)
+            target.extend(_fill(p, placeholders, cwd) for p in source.paths)
     return mtimes, beats
 
 
@@ -668,12 +676,14 @@ def _first_error(exc: BaseException) -> BaseException:
     return exc
 
 
-def _fill(pattern: str, placeholders: Mapping[str, str], spec: ProjectSpec) -> str:
+def _fill(pattern: str, placeholders: Mapping[str, str], cwd: str) -> str:
+    """A job file's path: placeholders filled, relative to the job's working folder."""
     text = pattern
     for key, value in placeholders.items():
         text = text.replace("{" + key + "}", value)
     if not text.startswith("/"):
-        text = str(spec.root_path / text)
+        base = job_path_base(text, cwd=cwd, project_root=placeholders["project_root"])
+        text = os.path.join(base, text)
     return text
 
 

@@ -553,6 +553,7 @@ class SessionRunner:
                     metric_name=metric or "metric",
                     goal=goal,
                     decisions=decisions,
+                    tunables=self.spec.tunables if self.spec is not None else (),
                 )
 
         await anyio.to_thread.run_sync(write)

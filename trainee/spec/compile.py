@@ -22,6 +22,7 @@ import msgspec
 from trainee.errors import ConfigError
 from trainee.spec.constraints import Constraint, parse_constraint, unknown_name_reason
 from trainee.spec.files import (
+    SCRATCH_CWD,
     AdvancedSpec,
     ConfigStyle,
     DataSpec,
@@ -44,7 +45,9 @@ from trainee.spec.files import (
     Value,
     config_error,
     decode_file,
+    job_path_base,
     line_of,
+    uses_scratch_cwd,
 )
 from trainee.spec.integrations import notify_url_problem, tracking_uri_problem
 from trainee.spec.placeholders import placeholders_in
@@ -695,6 +698,11 @@ class _Compiler:
                 )
         text = _PLACEHOLDER.sub(lambda m: PATH_PLACEHOLDERS[m.group(1)], raw)
         guarded = SecurityMode(self.project.advanced.security_mode) == SecurityMode.GUARDED
+        scratch = uses_scratch_cwd(self.project.advanced, self.root, guarded=guarded)
+        if scratch and not os.path.isabs(text):
+            # a job in its scratch folder writes relative paths there
+            cwd = os.path.join(PATH_PLACEHOLDERS["round_dir"], SCRATCH_CWD)
+            text = os.path.join(job_path_base(text, cwd=cwd, project_root=""), text)
         self._inside(
             self.psrc,
             where,

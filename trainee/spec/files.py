@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import os
 import re
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -19,6 +20,7 @@ from msgspec import Meta
 from trainee.errors import ConfigError
 
 __all__ = [
+    "SCRATCH_CWD",
     "AdvancedSpec",
     "ArgSpec",
     "ArgStyle",
@@ -52,9 +54,11 @@ __all__ = [
     "config_error",
     "decode_file",
     "format_field",
+    "job_path_base",
     "line_of",
     "min_rounds_of",
     "struct_to_yaml_data",
+    "uses_scratch_cwd",
 ]
 
 # -- enums ---------------------------------------------------------------------
@@ -298,6 +302,12 @@ class BackendSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 class AdvancedSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     security_mode: SecurityMode = SecurityMode.GUARDED
     working_dir: NonEmptyStr = "."
+    scratch_cwd: bool | None = None
+    """Run the job in ``{round_dir}/cwd``, a folder of links to the working folder's
+    entries: it reads the project as before, and what it writes into its working folder
+    (``./mlruns``, ``lightning_logs/``, ``grid.png``) lands in the round's folder instead
+    of failing on the read-only project. Default (None): on for guarded rounds whose
+    working folder is the project root."""
     heartbeat_interval_sec: Annotated[float, Meta(gt=0)] = 5.0
     signal_sources: tuple[SignalSourceSpec, ...] = ()
     log_paths: tuple[NonEmptyStr, ...] = ()
@@ -307,6 +317,29 @@ class AdvancedSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     network: bool = True
     stop_grace_sec: Annotated[float, Meta(ge=0)] = 30.0
     backend: BackendSpec = BackendSpec()
+
+
+SCRATCH_CWD = "cwd"
+"""The job's own working folder inside its round folder (``advanced.scratch_cwd``)."""
+
+
+def uses_scratch_cwd(
+    advanced: AdvancedSpec, root: str | os.PathLike[str], *, guarded: bool
+) -> bool:
+    """Whether a round's job runs in ``{round_dir}/cwd`` (``advanced.scratch_cwd``; by
+    default for guarded rounds whose working folder is the project root)."""
+    if advanced.scratch_cwd is not None:
+        return advanced.scratch_cwd
+    work = os.path.join(root, advanced.working_dir)
+    return guarded and os.path.realpath(work) == os.path.realpath(root)
+
+
+def job_path_base(path: str, *, cwd: str, project_root: str) -> str:
+    """The folder a relative log, signal or metric ``path`` of a round is taken from: the
+    job's working folder (where it wrote it), but the project root for ``.trainee/...``
+    (trainee's own folder, never linked into a scratch folder)."""
+    first = os.path.normpath(path).split(os.sep, 1)[0]
+    return project_root if first == ".trainee" else cwd
 
 
 class MlflowSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -66,6 +66,20 @@ class NoParams(Wire):
     pass
 
 
+class PublishedStates(Wire):
+    """The statuses and stop reasons (``trainee.states.published()``): clients decide by
+    these instead of spelling them again."""
+
+    round_statuses: list[str]
+    round_finished: list[str]
+    """A round in one of these is over."""
+    session_statuses: list[str]
+    session_ended: list[str]
+    """A session in one of these has ended (it may be resumed)."""
+    stop_reasons: dict[str, str]
+    """Each stop reason and the status a session ends with for it."""
+
+
 class HelloResult(Wire):
     name: str
     version: str
@@ -76,6 +90,7 @@ class HelloResult(Wire):
     http_url: str | None
     project_root: str | None
     capabilities: list[str]
+    states: PublishedStates
 
 
 class ToolsListParams(Wire):
@@ -303,3 +318,100 @@ class DryRunParams(Wire):
     project_root: str
     security_mode: str | None = None
     env: dict[str, str] | None = None
+
+
+# -- analysis (session_analysis) ---------------------------------------------------------
+
+
+class SessionAnalysisParams(Wire):
+    """A session's analysis; with ``left_round`` / ``right_round`` / ``right_session`` also
+    a comparison of two rounds: left is this session's ``left_round`` (default its best
+    round), right is ``right_session``'s (default this session) ``right_round`` (default:
+    that session's best round, or this session's baseline when both sides are one session)."""
+
+    session: SessionRef | None = None
+    project_root: str | None = None
+    left_round: RoundRef | None = None
+    right_round: RoundRef | None = None
+    right_session: SessionRef | None = None
+    compare: bool = False
+    """Compare even without any of the three (best against baseline, or the other best);
+    no comparison while the session has no round."""
+
+
+class AnalysisTunable(Wire):
+    """One plotted axis: a tunable's type, bounds, choices and scale."""
+
+    name: str
+    type: str
+    log: bool = False
+    min_value: float | None = None
+    max_value: float | None = None
+    choices: list[Any] | None = None
+
+
+class AnalysisRound(Wire):
+    """One round as the parallel-coordinates and slice plots draw it."""
+
+    index: int
+    status: str
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    metric: float | None = None
+    verdict: str | None = None
+    hypothesis: str = ""
+
+
+class ParamImportance(Wire):
+    """Optuna's importance of each tunable (shares summing to 1), or why there is none."""
+
+    available: bool
+    evaluator: str
+    values: dict[str, float] = msgspec.field(default_factory=dict)
+    note: str = ""
+
+
+class ComparedRound(Wire):
+    """One side of a comparison; ``curves``: every metric's points as ``[step, value]``
+    (the step, else the point's position in the log), at most a few hundred per metric."""
+
+    session: str
+    round: int
+    status: str
+    metric: float | None = None
+    verdict: str | None = None
+    verdict_reason: str = ""
+    hypothesis: str = ""
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    curves: dict[str, list[tuple[float, float]]] = msgspec.field(default_factory=dict)
+
+
+class ParamDiff(Wire):
+    name: str
+    left: Any = None
+    right: Any = None
+    changed: bool = False
+
+
+class Comparison(Wire):
+    """``curve_metric``: the curve shown first: the primary metric when a side has more
+    than its final value, else the metric logged most often (by either side)."""
+
+    metric: str
+    left: ComparedRound
+    right: ComparedRound
+    params: list[ParamDiff] = msgspec.field(default_factory=list)
+    curve_metric: str = ""
+
+
+class SessionAnalysis(Wire):
+    """The analysis views' data: axes, rounds, importance, and an optional comparison."""
+
+    session: str
+    metric: str
+    goal: str
+    importance: ParamImportance
+    baseline_round: int | None = None
+    best_round: int | None = None
+    tunables: list[AnalysisTunable] = msgspec.field(default_factory=list)
+    rounds: list[AnalysisRound] = msgspec.field(default_factory=list)
+    comparison: Comparison | None = None

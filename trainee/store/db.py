@@ -28,8 +28,10 @@ import msgspec
 
 from trainee.errors import InvalidState, NotFound
 from trainee.spec.wire import Event
+from trainee.states import check_round_transition, check_session_transition
 from trainee.store.migrations import MIGRATIONS, is_busy, migrate
 from trainee.store.records import (
+    ROUND_STATUSES,
     SESSION_STATUSES,
     TERMINAL_SESSION_STATUSES,
     DecisionRecord,
@@ -151,6 +153,10 @@ def redact_prompt(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _round_name(session: int, index: int) -> str:
+    return f"round {index} of {format_session_id(session)}"
 
 
 def _point_row(session: int, round_: int, point: Sequence[Any]) -> tuple[Any, ...]:
@@ -378,6 +384,10 @@ class Store:
             current = await self._all(conn, _SESSIONS, 'WHERE "index" = ?', (index,))
             if not current:
                 raise NotFound(f"{format_session_id(index)} not found in {self.path}")
+            if fields.get("status") in SESSION_STATUSES:  # an unknown one: ValueError below
+                check_session_transition(
+                    current[0].status, fields["status"], what=format_session_id(index)
+                )
             return await self._update(conn, _SESSIONS, current[0], fields)
 
     async def get_session(self, index: int) -> SessionRecord:
@@ -410,6 +420,13 @@ class Store:
                 conn, "SELECT 1 FROM decisions WHERE id = ?", (rec.decision_id,)
             ):
                 raise NotFound(f"decision {rec.decision_id} not found in {self.path}")
+            stored = await self._all(
+                conn, _ROUNDS, 'WHERE session = ? AND "index" = ?', (rec.session, rec.index)
+            )
+            if stored:
+                check_round_transition(
+                    stored[0].status, rec.status, what=_round_name(rec.session, rec.index)
+                )
             await conn.execute(
                 _ROUNDS.insert_sql(upsert=True), _ROUNDS.values(rec, _ROUNDS.inserted)
             )
@@ -428,6 +445,10 @@ class Store:
                 conn, "SELECT 1 FROM decisions WHERE id = ?", (fields["decision_id"],)
             ):
                 raise NotFound(f"decision {fields['decision_id']} not found in {self.path}")
+            if fields.get("status") in ROUND_STATUSES:  # an unknown one: ValueError below
+                check_round_transition(
+                    current[0].status, fields["status"], what=_round_name(session, index)
+                )
             return await self._update(conn, _ROUNDS, current[0], fields)
 
     async def get_round(self, session: int, index: int) -> RoundRecord:

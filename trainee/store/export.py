@@ -21,7 +21,12 @@ from xml.sax.saxutils import escape
 
 import msgspec
 
+from trainee.research.analysis import build_analysis
+from trainee.spec import TunableSpec
+from trainee.spec.wire import SessionAnalysis
+from trainee.states import RoundStatus
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord, to_builtins
+from trainee.store.report_views import analysis_section, analysis_views
 
 __all__ = [
     "CHART_NAME",
@@ -235,7 +240,7 @@ def _when(ts: float | None) -> str:
 
 
 def _scored(rounds: Sequence[RoundRecord]) -> list[RoundRecord]:
-    return [r for r in rounds if r.status == "completed" and r.primary_metric is not None]
+    return [r for r in rounds if r.status == RoundStatus.COMPLETED and r.primary_metric is not None]
 
 
 def _better(a: float, b: float, goal: str) -> bool:
@@ -316,8 +321,10 @@ def render_report(
     metric_name: str,
     goal: str,
     decisions: Sequence[DecisionRecord] | None = None,
+    analysis: SessionAnalysis | None = None,
 ) -> str:
-    """The Markdown session report (links ``report_chart.svg`` when any round has a metric)."""
+    """The Markdown session report (links ``report_chart.svg`` when any round has a metric,
+    and the analysis SVGs of :mod:`trainee.store.report_views` given ``analysis``)."""
     goal = _check_goal(goal)
     ordered = _ordered(session, rounds)
     baseline, best = _baseline_and_best(session, ordered, goal)
@@ -382,6 +389,8 @@ def render_report(
     else:
         lines += ["No round has reported the metric yet.", ""]
 
+    if analysis is not None:
+        lines += analysis_section(analysis)
     lines += _round_table(ordered, metric_name, baseline, best)
     if decisions:
         lines += _decision_table(decisions)
@@ -686,11 +695,24 @@ def write_report(
     metric_name: str,
     goal: str,
     decisions: Sequence[DecisionRecord] | None = None,
+    tunables: Sequence[TunableSpec] = (),
 ) -> Path:
-    """Write ``report.md`` and, when any round has a metric, ``report_chart.svg`` beside it."""
+    """Write ``report.md`` and, when any round has a metric, ``report_chart.svg`` beside it,
+    with the analysis views (importance, parallel coordinates, slices) as SVG files."""
     ordered = _ordered(session, rounds)
-    baseline, _ = _baseline_and_best(session, ordered, _check_goal(goal))
-    text = render_report(session, ordered, metric_name=metric_name, goal=goal, decisions=decisions)
+    baseline, best = _baseline_and_best(session, ordered, _check_goal(goal))
+    analysis = build_analysis(
+        session.id,
+        ordered,
+        tunables,
+        metric=metric_name,
+        goal=goal,
+        baseline_round=baseline.index if baseline is not None else None,
+        best_round=best.index if best is not None else None,
+    )
+    text = render_report(
+        session, ordered, metric_name=metric_name, goal=goal, decisions=decisions, analysis=analysis
+    )
     svg = render_chart_svg(
         ordered,
         metric_name=metric_name,
@@ -699,5 +721,7 @@ def write_report(
     )
     if svg is not None:
         write_atomic(layout.artifacts / CHART_NAME, svg.encode())
+    for name, view in analysis_views(analysis).items():
+        write_atomic(layout.artifacts / name, view.encode())
     write_atomic(layout.report, text.encode())
     return layout.report

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from trainee.ids import session_id
+from trainee.states import SESSION_ENDED, RoundStatus, SessionStatus
 
 __all__ = [
     "ROUND_STATUSES",
@@ -30,20 +31,11 @@ __all__ = [
     "validate_record",
 ]
 
-SESSION_STATUSES = frozenset({"running", "stopping", "finished", "failed", "stopped"})
-TERMINAL_SESSION_STATUSES = frozenset({"finished", "failed", "stopped"})
-ROUND_STATUSES = frozenset(
-    {
-        "pending",
-        "running",
-        "completed",
-        "completed_without_metrics",
-        "failed",
-        "timed_out",
-        "stopped",
-        "lost",
-    }
-)
+SESSION_STATUSES: frozenset[str] = frozenset(s.value for s in SessionStatus)
+"""Every session status (:class:`trainee.states.SessionStatus`)."""
+TERMINAL_SESSION_STATUSES: frozenset[str] = frozenset(s.value for s in SESSION_ENDED)
+ROUND_STATUSES: frozenset[str] = frozenset(s.value for s in RoundStatus)
+"""Every round status (:class:`trainee.states.RoundStatus`)."""
 
 R = TypeVar("R", bound="Record")
 
@@ -71,7 +63,7 @@ class SessionRecord(Record, kw_only=True):
     index: int
     id: str = ""
     project_root: str
-    status: str = "running"
+    status: str = SessionStatus.RUNNING
     stop_reason: str | None = None
     policy: str
     security_mode: str
@@ -111,7 +103,7 @@ class RoundRecord(Record, kw_only=True):
 
     session: int
     index: int
-    status: str = "pending"
+    status: str = RoundStatus.PENDING
     params: dict[str, Any] = msgspec.field(default_factory=dict)
     diff: dict[str, Any] = msgspec.field(default_factory=dict)
     decision_id: int | None = None

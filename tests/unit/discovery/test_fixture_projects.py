@@ -177,8 +177,14 @@ def test_unredirected_outputs_fail_with_the_fix(tmp_path: Path) -> None:
         pfile = root / ".trainee" / "project.yaml"
         text = pfile.read_text()
         pfile.write_text(re.sub(r"(?m)^output:\n  flag: .*\n", "", text))
+        # a guarded round runs in its scratch folder: the default lands there, not in
+        # the outputs folder (a warning); without the scratch folder it cannot be written
         status, detail, fix = check_output(root, loaded(root), "guarded")
-        assert status == "fail", detail
+        assert status == "warn" and "{round_dir}/cwd" in detail, detail
+        assert fix == f"set output.flag: {flag} in project.yaml"
+        no_scratch(pfile)
+        status, detail, fix = check_output(root, loaded(root), "guarded")
+        assert status == "fail" and "cannot write" in detail, detail
         assert fix == f"set output.flag: {flag} in project.yaml"
         assert check_output(root, loaded(root), "unsafe")[0] == "pass"
     root = project("hydra_app", tmp_path)
@@ -187,7 +193,17 @@ def test_unredirected_outputs_fail_with_the_fix(tmp_path: Path) -> None:
     text = pfile.read_text().replace("  config_style: hydra", "")
     pfile.write_text(re.sub(r"(?m)^output:\n  flag: .*\n", "", text))
     status, detail, fix = check_output(root, loaded(root), "guarded")
+    assert status == "warn" and "Hydra" in detail and "hydra.run.dir" in fix
+    no_scratch(pfile)
+    status, detail, fix = check_output(root, loaded(root), "guarded")
     assert status == "fail" and "Hydra" in detail and "hydra.run.dir" in fix
+
+
+def no_scratch(pfile: Path) -> None:
+    """advanced.scratch_cwd: false — the job runs in the read-only project itself."""
+    text = pfile.read_text()
+    assert "  working_dir: .\n" in text
+    pfile.write_text(text.replace("  working_dir: .\n", "  working_dir: .\n  scratch_cwd: false\n"))
 
 
 def test_entrypoint_row_fails_on_a_missing_script(tmp_path: Path) -> None:
@@ -458,9 +474,12 @@ def test_trackers_reporting_and_relative_writes(tmp_path: Path) -> None:
         "MLFLOW_ALLOW_FILE_STORE": "true",
     }
     status, detail, fix = check_output(root, spec, "guarded")
+    assert status == "pass" and "line 10 'loss_{}.png'" in detail and "where they land" in detail
+    pfile = root / ".trainee" / "project.yaml"
+    no_scratch(pfile)
+    status, detail, fix = check_output(root, loaded(root), "guarded")
     assert status == "warn" and "line 10 'loss_{}.png'" in detail
     assert "cd {round_dir} && exec python {project_root}/train.py {extra_args}" in fix
-    pfile = root / ".trainee" / "project.yaml"
     pfile.write_text(
         pfile.read_text().replace(
             "  working_dir: .",

@@ -338,21 +338,22 @@ CASES: list[Bad] = [
         "guarded-metric-path-outside-trainee",
         "metrics.specs[0].path",
         "'outputs/metrics.jsonl' is outside .trainee/; in guarded mode",
-        MIN + "metrics:\n  specs:\n    - name: acc\n      source: jsonl\n"
-        "      key_or_pattern: acc\n      path: outputs/metrics.jsonl  #<\n",
+        MIN + "advanced:\n  scratch_cwd: false\nmetrics:\n  specs:\n    - name: acc\n"
+        "      source: jsonl\n      key_or_pattern: acc\n      path: outputs/metrics.jsonl  #<\n",
     ),
     Bad(
         "guarded-log-path-outside-trainee",
         "advanced.log_paths[1]",
         "'logs/**/*.log' is outside .trainee/",
-        MIN + "advanced:\n  log_paths:\n    - .trainee/logs/*.log\n    - logs/**/*.log  #<\n",
+        MIN + "advanced:\n  scratch_cwd: false\n  log_paths:\n    - .trainee/logs/*.log\n"
+        "    - logs/**/*.log  #<\n",
     ),
     Bad(
         "guarded-signal-path-outside-trainee",
         "advanced.signal_sources[0].paths[0]",
         "'heartbeat.json' is outside .trainee/",
-        MIN + "advanced:\n  signal_sources:\n    - type: heartbeat_file\n      paths:\n"
-        "        - heartbeat.json  #<\n",
+        MIN + "advanced:\n  scratch_cwd: false\n  signal_sources:\n    - type: heartbeat_file\n"
+        "      paths:\n        - heartbeat.json  #<\n",
     ),
     Bad(
         "glob-dotdot-after-wildcard",

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from trainee.launch.layout import session_id
+from trainee.states import RoundStatus, SessionStatus
 from trainee.store.records import (
     ROUND_STATUSES,
     SESSION_STATUSES,
@@ -41,8 +42,11 @@ def test_session_id_follows_the_index_like_the_layout() -> None:
 
 
 def test_statuses_are_checked() -> None:
-    assert {"running", "stopping", "finished", "failed", "stopped"} == SESSION_STATUSES
-    assert "completed_without_metrics" in ROUND_STATUSES and "lost" in ROUND_STATUSES
+    # one source of truth: the records take their statuses from trainee.states
+    assert {s.value for s in SessionStatus} == SESSION_STATUSES
+    assert {s.value for s in RoundStatus} == ROUND_STATUSES
+    assert "completed_without_metrics" in ROUND_STATUSES
+    assert "stopping" not in SESSION_STATUSES and "lost" not in ROUND_STATUSES  # never written
     with pytest.raises(ValueError, match="session status 'paused'"):
         session(status="paused")
     with pytest.raises(ValueError, match="round status 'done'"):

@@ -10,6 +10,7 @@ import { badge, emptyState, fmtChange, fmtDuration, fmtNum, fmtTime, fmtValue, h
 import { LogView } from "../logview.js";
 import { errorBox, metricInfo } from "./common.js";
 import { openReport } from "./report.js";
+import { AnalysisPanel } from "./analysis.js";
 import { openRound } from "./round.js";
 
 const LIVE_TAIL_LINES = 500;
@@ -73,6 +74,7 @@ export class SessionView {
     clearInterval(this.timer);
     clearTimeout(this.reloadTimer);
     clearTimeout(this.curveTimer);
+    this.analysis.destroy();
     this.closeRound();
   }
 
@@ -91,6 +93,7 @@ export class SessionView {
     this.log = new LogView({ maxLines: 2000, label: "live round log" });
     this.table = h("div.table-wrap");
     this.errors = h("div");
+    this.analysis = new AnalysisPanel(this.ctx, this.project, this.sessionId);
     replace(
       this.el,
       h("div.page-head", {}, h("div", {}, this.title, this.status), this.actions),
@@ -100,6 +103,7 @@ export class SessionView {
       h("div.charts", {}, h("section.panel", { "aria-label": "metric per round" }, this.roundChartBox), h("section.panel", { "aria-label": "live metric curve" }, this.curveChartBox)),
       h("section.panel.log-panel", { "aria-label": "log" }, this.logTitle, this.log.el),
       h("section.panel", { "aria-label": "rounds" }, h("h2", {}, "Rounds"), this.table),
+      this.analysis.el,
     );
   }
 
@@ -123,6 +127,7 @@ export class SessionView {
       this.rounds = new Map(state.rounds.map((r) => [r.index, r]));
       this.errors.replaceChildren();
       this.loaded = true;
+      this.analysis.refreshSoon();
       const queued = this.queue;
       this.queue = [];
       const current = state.current_round || state.rounds[state.rounds.length - 1] || null;
@@ -252,6 +257,7 @@ export class SessionView {
         if (this.session && d.best_round) this.session.best_round = d.best_round;
         if (this.session && d.round === 1) this.session.baseline_round = 1;
         ["head", "live", "table", "chart"].forEach((k) => this.dirty.add(k));
+        this.analysis.refreshSoon();
         break;
       case "round.readopted":
       case "round.rerun":
@@ -268,6 +274,7 @@ export class SessionView {
         this.running = false;
         ["head", "live", "table", "chart"].forEach((k) => this.dirty.add(k));
         this.reloadSoon();
+        this.analysis.refreshSoon();
         this.ctx.refreshSidebar();
         break;
       default:
