@@ -53,9 +53,9 @@ import anyio
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import render_round
 from trainee.metrics.extract import Extractor
+from trainee.policies.base import Policy, RandomPolicy, full_params
 from trainee.research.decision import params_diff
 from trainee.research.state import ResearchState, RoundSummary, new_state, record_round
-from trainee.session.policy import Policy, RandomPolicy, full_params
 from trainee.spec import ProjectSpec, load_project
 
 REPO = Path(__file__).resolve().parent.parent
@@ -217,7 +217,7 @@ def make_policy(name: str, project: Project, seed: int) -> Policy:
     if name == "random":
         return RandomPolicy(seed=seed)
     if name == "tpe":
-        from trainee.session.optuna_policy import TpePolicy
+        from trainee.policies.tpe import TpePolicy
 
         return TpePolicy(seed=seed)
     from trainee.llm.settings import load_settings
@@ -226,10 +226,10 @@ def make_policy(name: str, project: Project, seed: int) -> Policy:
     settings = load_settings(os.environ)
     parts = prompt_parts(project.spec, settings)
     if name == "hybrid":
-        from trainee.session.hybrid_policy import HybridPolicy
+        from trainee.policies.hybrid import HybridPolicy
 
         return HybridPolicy(settings, parts, seed=seed)
-    from trainee.session.llm_policy import LlmPolicy
+    from trainee.policies.llm import LlmPolicy
 
     return LlmPolicy(settings, parts)
 

@@ -23,12 +23,12 @@ from tests.conftest import REPO
 from tests.fakes.llm_server import FakeLLM
 from trainee.llm.client import close_clients
 from trainee.llm.settings import load_settings
+from trainee.policies.base import Policy, RandomPolicy, full_params
+from trainee.policies.llm import LlmPolicy
+from trainee.policies.tpe import TpePolicy
 from trainee.research.decision import params_diff
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts
 from trainee.research.state import ResearchState, RoundSummary, new_state, record_round
-from trainee.session.llm_policy import LlmPolicy
-from trainee.session.optuna_policy import TpePolicy
-from trainee.session.policy import Policy, RandomPolicy, full_params
 from trainee.spec import ProjectSpec, load_project
 
 TUNING = """\

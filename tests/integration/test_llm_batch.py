@@ -15,11 +15,11 @@ from tests.unit.research.helpers import BASELINE, TUNABLES, summary
 from trainee.errors import InvalidDecision
 from trainee.llm import client
 from trainee.llm.settings import LlmSettings, load_settings
+from trainee.policies.base import Proposal
+from trainee.policies.llm import MAX_BATCH_TOKENS, LlmPolicy
 from trainee.research.decision import effective_params, params_equal
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts
 from trainee.research.state import ResearchState, new_state, record_round
-from trainee.session.llm_policy import MAX_BATCH_TOKENS, LlmPolicy
-from trainee.session.policy import Proposal
 
 T = TypeVar("T")
 

@@ -16,10 +16,10 @@ from tests.unit.research.helpers import BASELINE, TUNABLES, summary
 from trainee.errors import InvalidDecision, ProviderError
 from trainee.llm import client
 from trainee.llm.settings import LlmSettings, load_settings
+from trainee.policies.hybrid import FALLBACK_SOURCE, HybridPolicy
+from trainee.policies.llm import LlmPolicy
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, build_messages
 from trainee.research.state import DecisionBudget, ResearchState, new_state, record_round
-from trainee.session.hybrid_policy import FALLBACK_SOURCE, HybridPolicy
-from trainee.session.llm_policy import LlmPolicy
 
 T = TypeVar("T")
 

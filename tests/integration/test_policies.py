@@ -44,13 +44,13 @@ from tests.conftest import (
 from tests.fakes.llm_server import FakeLLM
 from trainee.llm import client
 from trainee.llm.settings import load_settings
+from trainee.policies.base import Policy, Proposal, RandomPolicy, full_params
+from trainee.policies.hybrid import HybridPolicy
+from trainee.policies.tpe import TpePolicy
 from trainee.research.analysis import param_importances
 from trainee.research.decision import DecisionPlan, params_diff, validate_plan
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts
 from trainee.research.state import ResearchState, RoundSummary, new_state, record_round
-from trainee.session.hybrid_policy import HybridPolicy
-from trainee.session.optuna_policy import TpePolicy
-from trainee.session.policy import Policy, Proposal, RandomPolicy, full_params
 from trainee.spec import ParamType, ProjectSpec, TunableSpec, load_project
 
 TUNING = """\
@@ -727,7 +727,7 @@ def test_tpe_is_told_a_pruned_round_as_pruned_with_its_last_value(spec: ProjectS
     pruned trials do); a failed one is PRUNED without a value; completed ones COMPLETE."""
     from optuna.trial import TrialState
 
-    from trainee.session.optuna_policy import search_space
+    from trainee.research.analysis import search_space
 
     base = {t.name: t.baseline for t in spec.tunables}
     state = new_state("val_loss", "min")

@@ -16,10 +16,7 @@ import anyio
 import pytest
 
 from tests.unit.spec.conftest import make_project, write
-from trainee.research.decision import DecisionPlan, params_diff, params_equal, validate_plan
-from trainee.research.state import ResearchState, RoundSummary, new_state, record_round
-from trainee.session.optuna_policy import TpePolicy
-from trainee.session.policy import (
+from trainee.policies.base import (
     Proposal,
     RandomPolicy,
     full_params,
@@ -27,6 +24,9 @@ from trainee.session.policy import (
     propose_one_by_one,
     with_pending,
 )
+from trainee.policies.tpe import TpePolicy
+from trainee.research.decision import DecisionPlan, params_diff, params_equal, validate_plan
+from trainee.research.state import ResearchState, RoundSummary, new_state, record_round
 from trainee.spec import ProjectSpec, TunableSpec, load_project
 
 PROJECT = """\
@@ -383,9 +383,9 @@ def test_one_by_one_hands_earlier_proposals_over_with_a_failure() -> None:
     import anyio
 
     from trainee.errors import ProviderError
+    from trainee.policies.base import Proposal, propose_one_by_one
     from trainee.research.decision import DecisionPlan
     from trainee.research.state import new_state
-    from trainee.session.policy import Proposal, propose_one_by_one
 
     class FailsSecond:
         name = "flaky"
@@ -416,9 +416,9 @@ def test_one_by_one_hands_earlier_proposals_over_with_a_failure() -> None:
 def test_a_stop_after_some_plans_keeps_them_and_counts_its_cost() -> None:
     import anyio
 
+    from trainee.policies.base import Proposal, propose_one_by_one
     from trainee.research.decision import DecisionPlan
     from trainee.research.state import new_state
-    from trainee.session.policy import Proposal, propose_one_by_one
 
     class StopsSecond:
         name = "stopper"

@@ -30,9 +30,6 @@ EXCLUDED = {
         "the round monitor is started as a file with python -I and imports nothing of "
         "trainee; it writes exit records (timed_out / stopped flags), never statuses"
     ),
-    # removed when the round helper lands: it rewrites these two with the enums
-    "trainee/session/runner.py": "removed when the round helper lands",
-    "trainee/session/round.py": "removed when the round helper lands",
 }
 
 ALLOWED: dict[tuple[str, str], str] = {

@@ -21,8 +21,8 @@ from trainee.api.context import CallContext
 from trainee.api.methods import registry
 from trainee.errors import InvalidParams, InvalidState, NotFound
 from trainee.ids import parse_session
+from trainee.policies.external import ExternalPolicy
 from trainee.research.decision import MAX_PLAN_TEXT, DecisionPlan
-from trainee.session.external_policy import ExternalPolicy
 from trainee.spec import wire as w
 from trainee.states import ROUND_FINISHED, SessionStatus
 

@@ -25,6 +25,7 @@ from trainee.errors import (
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.sandbox import check_bwrap
 from trainee.policies import needs_provider
+from trainee.policies.llm import LlmPolicy
 from trainee.research import analysis
 from trainee.session.inputs import (
     decision_budget,
@@ -32,7 +33,6 @@ from trainee.session.inputs import (
     observe_history,
     rebuild_state,
 )
-from trainee.session.llm_policy import LlmPolicy
 from trainee.session.manager import SessionManager
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec import wire as w

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from trainee.policies.base import Policy
 from trainee.research.prune import pruned_reason
 from trainee.research.state import (
     DecisionBudget,
@@ -23,13 +24,11 @@ from trainee.research.state import (
     new_state,
     record_round,
 )
-from trainee.session.policy import Policy
 from trainee.spec import ProjectSpec, min_rounds_of
 from trainee.states import ROUND_FINISHED, RoundStatus
 from trainee.store.records import RoundRecord, SessionRecord
 
 __all__ = [
-    "FINISHED",
     "Budgets",
     "budgets_of",
     "counted_rounds",
@@ -39,10 +38,6 @@ __all__ = [
     "rebuild_state",
     "round_summary",
 ]
-
-FINISHED = ROUND_FINISHED
-"""trainee.states.ROUND_FINISHED under its old name (runner.py imports it; removed when the
-round helper lands)."""
 
 
 @dataclass

@@ -29,11 +29,11 @@ from trainee.launch.render import is_secret_name
 from trainee.llm.settings import LlmSettings, load_settings
 from trainee.monitor import stopfile
 from trainee.policies import POLICIES
+from trainee.policies.base import Policy, RandomPolicy
+from trainee.policies.external import ExternalPolicy
+from trainee.policies.llm import LlmPolicy
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, journal_section
 from trainee.session.bus import EventBus
-from trainee.session.external_policy import ExternalPolicy
-from trainee.session.llm_policy import LlmPolicy
-from trainee.session.policy import Policy, RandomPolicy
 from trainee.session.runner import SessionControl, SessionRunner
 from trainee.spec import ProjectSpec
 from trainee.states import SessionStatus, StopReason
@@ -193,7 +193,7 @@ class SessionManager:
         if name == "external":
             return ExternalPolicy(constraints=spec.constraints)
         if name == "tpe":
-            from trainee.session.optuna_policy import TpePolicy
+            from trainee.policies.tpe import TpePolicy
 
             return TpePolicy(seed=seed, constraints=spec.constraints)
         if name in ("llm", "hybrid"):
@@ -204,7 +204,7 @@ class SessionManager:
                 journal = await self.journal(spec.project_root, write=write_journal)
                 parts = prompt_parts(spec, settings, journal)
             if name == "hybrid":
-                from trainee.session.hybrid_policy import HybridPolicy
+                from trainee.policies.hybrid import HybridPolicy
 
                 return HybridPolicy(settings, parts, seed=seed, constraints=spec.constraints)
             return LlmPolicy(settings, parts, constraints=spec.constraints)

@@ -15,9 +15,9 @@ from typing import Any
 import anyio
 
 from trainee.errors import InvalidParams, InvalidState
+from trainee.policies.base import Proposal
 from trainee.research.decision import DecisionPlan, validate_plan
 from trainee.research.state import ResearchState
-from trainee.session.policy import Proposal
 from trainee.spec import TunableSpec
 from trainee.spec.constraints import Constraint
 

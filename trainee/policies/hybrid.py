@@ -21,6 +21,9 @@ import anyio.to_thread
 
 from trainee.errors import InvalidDecision
 from trainee.llm.settings import LlmSettings
+from trainee.policies.base import Proposal, propose_one_by_one
+from trainee.policies.llm import DecisionRequest, LlmPolicy
+from trainee.policies.tpe import OptimizerView, Suggestion, TpePolicy
 from trainee.research.decision import (
     DecisionPlan,
     effective_params,
@@ -31,9 +34,6 @@ from trainee.research.decision import (
 )
 from trainee.research.prompt import PromptParts, format_diff
 from trainee.research.state import ResearchState, format_metric
-from trainee.session.llm_policy import DecisionRequest, LlmPolicy
-from trainee.session.optuna_policy import OptimizerView, Suggestion, TpePolicy
-from trainee.session.policy import Proposal, propose_one_by_one
 from trainee.spec import TunableSpec
 from trainee.spec.constraints import Constraint
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
+from trainee.policies.base import Proposal, round_sig, sample_point, seeded_rng
 from trainee.research.analysis import fit_value as _fit
 from trainee.research.analysis import (
     is_complete,
@@ -42,7 +43,6 @@ from trainee.research.decision import (
 )
 from trainee.research.prompt import format_diff
 from trainee.research.state import ResearchState, format_metric
-from trainee.session.policy import Proposal, round_sig, sample_point, seeded_rng
 from trainee.spec import TunableSpec
 from trainee.spec.constraints import Constraint
 from trainee.states import RoundStatus

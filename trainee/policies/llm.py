@@ -18,8 +18,10 @@ import msgspec
 from trainee.errors import InvalidDecision, ProviderError
 from trainee.llm.client import Completion, ProviderAttempt, complete_with_failover
 from trainee.llm.settings import LlmSettings
+from trainee.policies.base import Proposal
 from trainee.research.decision import (
     DecisionPlan,
+    PlansResult,
     Problem,
     parse_plan,
     parse_plans,
@@ -33,7 +35,6 @@ from trainee.research.decision import (
 )
 from trainee.research.prompt import PromptParts, ask_for_plans, build_messages
 from trainee.research.state import ResearchState
-from trainee.session.policy import Proposal
 from trainee.spec import TunableSpec
 from trainee.spec.constraints import Constraint
 
@@ -231,22 +232,7 @@ class LlmPolicy:
             completion = await self._ask(head, conversation, schema, max_tokens, deadline)
             parsed = parse_plans(completion.text, tunables, k)
             head.notes.extend(parsed.notes)
-            resolved: list[DecisionPlan | None] = []
-            for i, plan in enumerate(parsed.plans):
-                if plan is not None:
-                    plan, note = resolve_stop(plan)
-                    if note is not None:
-                        head.notes.append(f"{plan_field(i, '')}: {note}")
-                resolved.append(plan)
-            stops = [i for i, p in enumerate(resolved) if p is not None and p.stop]
-            changes = [i for i, p in enumerate(resolved) if p is not None and not p.stop]
-            if stops and changes:
-                # a stop among changes: the changes run, the stop is asked again later
-                head.notes.append(
-                    f"{', '.join(plan_field(i, '') for i in stops)} asked to stop while the "
-                    "others proposed changes: the changes run"
-                )
-                resolved = [None if i in stops else p for i, p in enumerate(resolved)]
+            resolved, stops, mixed = _resolve_stops(parsed.plans, head.notes)
             checked = validate_plans(
                 resolved,
                 tunables,
@@ -256,19 +242,9 @@ class LlmPolicy:
                 constraints=self.constraints,
                 stop_refused=stop_refused,
             )
-            # each plan's problems: its parse problems, then validation's on other fields
-            per_plan = [
-                [] if i in stops and changes else _merged(r.problems, v)
-                for i, (r, v) in enumerate(zip(parsed.results, checked, strict=True))
-            ]
+            per_plan, problems = _batch_problems(parsed, checked, stops, mixed=mixed)
             repaired = attempt == 1
             kept = [p for p in resolved if p is not None]
-            count_problems = [p for p in parsed.problems if not (stops and changes)]
-            problems = count_problems + [
-                Problem(plan_field(i, p.field), p.reason)
-                for i, own in enumerate(per_plan)
-                for p in own
-            ]
             head.attempts[-1]["problems"] = [
                 {"field": p.field, "reason": p.reason} for p in problems
             ]
@@ -370,6 +346,47 @@ def _account(proposal: Proposal, completion: Completion) -> None:
     if completion.cost_usd is not None:
         proposal.cost_usd = (proposal.cost_usd or 0.0) + completion.cost_usd
     proposal.latency_sec += completion.latency_sec
+
+
+def _resolve_stops(
+    plans: Sequence[DecisionPlan | None], notes: list[str]
+) -> tuple[list[DecisionPlan | None], list[int], bool]:
+    """A batch's plans with :func:`resolve_stop` applied, the indexes of those that say
+    stop, and whether they are mixed with changes (then the stops are dropped: the
+    changes run, the stop is asked again later). Notes go to ``notes``."""
+    resolved: list[DecisionPlan | None] = []
+    for i, plan in enumerate(plans):
+        if plan is not None:
+            plan, note = resolve_stop(plan)
+            if note is not None:
+                notes.append(f"{plan_field(i, '')}: {note}")
+        resolved.append(plan)
+    stops = [i for i, p in enumerate(resolved) if p is not None and p.stop]
+    changes = [i for i, p in enumerate(resolved) if p is not None and not p.stop]
+    mixed = bool(stops and changes)
+    if mixed:
+        notes.append(
+            f"{', '.join(plan_field(i, '') for i in stops)} asked to stop while the "
+            "others proposed changes: the changes run"
+        )
+        resolved = [None if i in stops else p for i, p in enumerate(resolved)]
+    return resolved, stops, mixed
+
+
+def _batch_problems(
+    parsed: PlansResult, checked: Sequence[list[Problem]], stops: list[int], *, mixed: bool
+) -> tuple[list[list[Problem]], list[Problem]]:
+    """Each plan's problems (its parse problems, then validation's on other fields; none
+    for a dropped stop) and all of the batch's, named by plan."""
+    per_plan = [
+        [] if i in stops and mixed else _merged(r.problems, v)
+        for i, (r, v) in enumerate(zip(parsed.results, checked, strict=True))
+    ]
+    count_problems = [p for p in parsed.problems if not mixed]
+    problems = count_problems + [
+        Problem(plan_field(i, p.field), p.reason) for i, own in enumerate(per_plan) for p in own
+    ]
+    return per_plan, problems
 
 
 def _merged(parsed: list[Problem], checked: list[Problem]) -> list[Problem]:
