@@ -105,6 +105,15 @@ def test_hydra_app_gets_hydra_style_and_doctor_checks_its_output(
         if "config_style" not in line and "hydra.run.dir" not in line and line != "output:"
     ]
     pfile.write_text("\n".join(lines) + "\n")
+    # Hydra's outputs/ then goes under the round's scratch working folder: a warning
+    code, rows = _rows(daemon, root)
+    assert code == 0 and rows["output"]["status"] == "warn", rows["output"]
+    assert "{round_dir}/cwd" in rows["output"]["detail"]
+    assert "hydra.run.dir" in rows["output"]["fix"]
+    # without the scratch folder it would write into the read-only project: a failure
+    text = pfile.read_text()
+    assert "  working_dir: .\n" in text
+    pfile.write_text(text.replace("  working_dir: .\n", "  working_dir: .\n  scratch_cwd: false\n"))
     code, rows = _rows(daemon, root)
     assert code == 1 and rows["output"]["status"] == "fail"
     assert "hydra.run.dir" in rows["output"]["fix"]

@@ -279,7 +279,7 @@ async def loop_start(ctx: CallContext, params: w.LoopStartParams) -> LoopStartRe
             raise SandboxError(
                 exc.message, {"hint": "install bubblewrap, or run with --unsafe"}
             ) from None
-    policy = params.policy or str(getattr(getattr(spec, "decision", None), "policy", "llm"))
+    policy = params.policy or spec.decision.policy
     provider_test = None
     if needs_provider(policy):
         from trainee.llm.client import provider_test as live_test

@@ -181,13 +181,8 @@ class SessionManager:
         carries the session's settings and the project's journal (``prompt``: these
         settings and parts instead, those of the running session's policy)."""
         name = policy or record.policy
-        decision = getattr(spec, "decision", None)
-        configured = getattr(decision, "seed", None)
-        seed = (
-            configured
-            if isinstance(configured, int) and not isinstance(configured, bool)
-            else _seed(record)
-        )
+        configured = spec.decision.seed
+        seed = configured if configured is not None else _seed(record)
         if name == "random":
             return RandomPolicy(seed=seed, constraints=spec.constraints)
         if name == "external":
