@@ -48,6 +48,7 @@ from trainee.discovery.tunables import (
 )
 from trainee.errors import ConfigError
 from trainee.spec import (
+    AdvancedSpec,
     ArgSpec,
     ArgStyle,
     ConfigStyle,
@@ -568,6 +569,8 @@ class _Plan:
     limits: list[LimitFlag] = field(default_factory=list)
     launch_args: list[tuple[ArgSpec, str]] = field(default_factory=list)
     launch_env: list[tuple[str, str, str]] = field(default_factory=list)
+    read_only: list[tuple[str, str]] = field(default_factory=list)
+    """Folders outside the project the entrypoint reads (path from the root, why)."""
     docs_limits: list[ArgSpec] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -856,6 +859,32 @@ def _tracking_env(root: Path, ep: Entrypoint) -> list[tuple[str, str, str]]:
     ]
 
 
+def _outside_reads(root: Path, ep: Entrypoint) -> list[tuple[str, str]]:
+    """Existing folders or files outside the project that the entrypoint reaches through
+    its own location (``dirname(__file__)/../../Datasets``): a guarded round sees them
+    only when ``advanced.read_only_paths`` names them."""
+    from trainee.discovery.outputs import file_relative_paths
+
+    if ep.kind != "script":
+        return []
+    try:
+        text = (root / ep.path).read_text(encoding="utf-8", errors="replace")[: 1 << 20]
+    except OSError:
+        return []
+    real_root = os.path.realpath(root)
+    out: list[tuple[str, str]] = []
+    for line, rel in file_relative_paths(text):
+        target = os.path.realpath(os.path.join(root, os.path.dirname(ep.path), rel))
+        inside = target == real_root or target.startswith(real_root.rstrip("/") + "/")
+        if inside or not os.path.exists(target):
+            continue
+        shown = os.path.relpath(target, real_root)
+        if shown not in (p for p, _ in out):
+            why = f"{ep.path} reads it through its own location (line {line}), outside the project"
+            out.append((shown, why))
+    return out
+
+
 def _plan_run(root: Path, ep: Entrypoint, plan: _Plan) -> None:
     """Hydra style, the output flag and the pinned budget of ``plan``'s command."""
     constant = [a for a, _ in plan.launch_args]
@@ -877,6 +906,7 @@ def _plan_run(root: Path, ep: Entrypoint, plan: _Plan) -> None:
         else:
             plan.notes.extend(view.hydra.notes)
     plan.launch_env = _tracking_env(root, ep)
+    plan.read_only = _outside_reads(root, ep)
     given = {a.flag for a in constant} | set(set_in_command)
     for arg, why in _machine_args(ep, view.options):
         if arg.flag not in given and normalize_name(arg.flag) not in given:
@@ -1193,6 +1223,11 @@ def _render_project_yaml(plan: _Plan) -> str:
         " writable",
         "  working_dir: .",
     ]
+    if plan.read_only:
+        out.append(
+            "  read_only_paths:  # outside the project, readable (never writable) in a round"
+        )
+        out += [f"    - {_single_quoted(p)}{_comment(why)}" for p, why in plan.read_only]
     return "\n".join(out) + "\n"
 
 
@@ -1243,6 +1278,7 @@ def _expected(plan: _Plan) -> ProjectFileSpec:
         metrics=MetricsSpec(
             specs=tuple(p.to_spec(required=i == 0) for i, p in enumerate(plan.metrics))
         ),
+        advanced=AdvancedSpec(read_only_paths=tuple(p for p, _ in plan.read_only)),
     )
 
 

@@ -9,6 +9,7 @@ One source of truth for ``trainee init`` (what it writes to ``output.flag`` and 
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections.abc import Iterable
 
@@ -207,3 +208,107 @@ def relative_writes(text: str) -> list[tuple[int, str]]:
         if path is not None:
             out.append((node.lineno, path))
     return sorted(out)[:20]
+
+
+def _is_this_file(node: ast.AST) -> bool:
+    """``__file__``, or ``os.path.abspath`` / ``realpath`` of it."""
+    if isinstance(node, ast.Name):
+        return node.id == "__file__"
+    if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute | ast.Name):
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+        return name in ("abspath", "realpath") and _is_this_file(node.args[0])
+    return False
+
+
+def _file_dir_parts(node: ast.AST) -> int | None:
+    """How many folders up from the script's own folder ``node`` is: 0 for
+    ``os.path.dirname(__file__)`` / ``Path(__file__).parent`` (``.resolve()``/``.absolute()``
+    allowed), 1 more per ``.parent`` or ``dirname(...)`` around it; None otherwise."""
+    if isinstance(node, ast.Call) and node.args:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name == "dirname":
+            arg = node.args[0]
+            if _is_this_file(arg):
+                return 0
+            inner = _file_dir_parts(arg)
+            return None if inner is None else inner + 1
+        if name in ("abspath", "realpath"):
+            return _file_dir_parts(node.args[0])
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("resolve", "absolute")
+        and not node.args
+    ):
+        return _file_dir_parts(node.func.value)
+    if isinstance(node, ast.Attribute) and node.attr == "parent":
+        base = node.value
+        if (
+            isinstance(base, ast.Call)
+            and isinstance(base.func, ast.Attribute)
+            and base.func.attr in ("resolve", "absolute")
+        ):
+            base = base.func.value
+        if (
+            isinstance(base, ast.Call)
+            and getattr(base.func, "id", getattr(base.func, "attr", "")) == "Path"
+            and base.args
+            and isinstance(base.args[0], ast.Name)
+            and base.args[0].id == "__file__"
+        ):
+            return 0
+        inner = _file_dir_parts(base)
+        return None if inner is None else inner + 1
+    return None
+
+
+def file_relative_paths(text: str) -> list[tuple[int, str]]:
+    """(line, path) of paths a module builds from its own location:
+    ``os.path.join(os.path.dirname(__file__), "..", "data")``, ``Path(__file__).parent /
+    ".." / "data"``, ``Path(__file__).resolve().parents[1] / "data"``; the path is
+    relative to the module's folder (``../data``)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        ups: int | None = None
+        rest: list[ast.AST] = []
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name == "join":
+                ups, rest = _file_dir_parts(node.args[0]), list(node.args[1:])
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            parts: list[ast.AST] = []
+            left: ast.AST = node
+            while isinstance(left, ast.BinOp) and isinstance(left.op, ast.Div):
+                parts.insert(0, left.right)
+                left = left.left
+            ups, rest = _file_dir_parts(left), parts
+            if (
+                ups is None
+                and isinstance(left, ast.Subscript)
+                and isinstance(left.value, ast.Attribute)
+                and left.value.attr == "parents"
+                and isinstance(left.slice, ast.Constant)
+                and isinstance(left.slice.value, int)
+            ):
+                base = _file_dir_parts(ast.Attribute(value=left.value.value, attr="parent"))
+                ups = None if base is None else base + left.slice.value
+        if ups is None or not rest:
+            continue
+        words = [r.value for r in rest if isinstance(r, ast.Constant) and isinstance(r.value, str)]
+        if len(words) != len(rest):
+            continue
+        path = os.path.normpath(os.path.join(*([".."] * ups), *words))
+        out.append((getattr(node, "lineno", 0), path))
+    # a / b / c is also seen as its part a / b: keep the whole path of each line
+    found = sorted(set(out))
+    return [
+        (line, path)
+        for line, path in found
+        if not any(o != path and ol == line and o.startswith(path + "/") for ol, o in found)
+    ]
