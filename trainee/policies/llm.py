@@ -30,6 +30,7 @@ from trainee.research.decision import (
     plans_json_schema,
     repair_message,
     resolve_stop,
+    single_change_exclusions,
     validate_plan,
     validate_plans,
 )
@@ -99,14 +100,16 @@ class LlmPolicy:
         """The request of a decision for ``k`` candidates: one plan, or k plans in one
         request (``prompt_preview`` shows exactly this)."""
         messages = self.messages(state, tunables, baseline)
+        tried = [e["params"] for e in (*state.tried, *state.rejected) if "params" in e]
+        exclude = single_change_exclusions(tunables, baseline, tried)
         if k <= 1:
-            schema = plan_json_schema(tunables, metric=state.primary_metric)
+            schema = plan_json_schema(tunables, metric=state.primary_metric, exclude=exclude)
             return DecisionRequest(
                 messages=messages, schema=schema, max_tokens=self.max_tokens, plans=1
             )
         return DecisionRequest(
             messages=ask_for_plans(messages, k, state, tunables),
-            schema=plans_json_schema(tunables, k, metric=state.primary_metric),
+            schema=plans_json_schema(tunables, k, metric=state.primary_metric, exclude=exclude),
             max_tokens=max(self.max_tokens, min(self.max_tokens * k, MAX_BATCH_TOKENS)),
             plans=k,
         )

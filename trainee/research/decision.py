@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -51,6 +51,7 @@ __all__ = [
     "plans_json_schema",
     "repair_message",
     "resolve_stop",
+    "single_change_exclusions",
     "suggest_name",
     "validate_plan",
     "validate_plans",
@@ -158,7 +159,10 @@ def plan_field(index: int, field: str) -> str:
 
 
 def plan_json_schema(
-    tunables: Sequence[TunableSpec], *, metric: str | None = None
+    tunables: Sequence[TunableSpec],
+    *,
+    metric: str | None = None,
+    exclude: Mapping[str, Sequence[Any]] | None = None,
 ) -> dict[str, Any]:
     """The JSON schema of a plan for these tunables (sent to providers that support it).
 
@@ -167,7 +171,7 @@ def plan_json_schema(
     name = metric or "the primary metric"
     props: dict[str, Any] = {}
     for t in tunables:
-        props[t.name] = _param_schema(t)
+        props[t.name] = _param_schema(t, (exclude or {}).get(t.name, ()))
     return {
         "title": "DecisionPlan",
         "type": "object",
@@ -211,12 +215,16 @@ def plan_json_schema(
 
 
 def plans_json_schema(
-    tunables: Sequence[TunableSpec], k: int, *, metric: str | None = None
+    tunables: Sequence[TunableSpec],
+    k: int,
+    *,
+    metric: str | None = None,
+    exclude: Mapping[str, Sequence[Any]] | None = None,
 ) -> dict[str, Any]:
     """The JSON schema of a k-plan answer: ``{"plans": [plan, ...]}``, exactly k plans
     (what validation asks for)."""
     k = max(1, k)
-    item = plan_json_schema(tunables, metric=metric)
+    item = plan_json_schema(tunables, metric=metric, exclude=exclude)
     return {
         "title": "DecisionPlans",
         "type": "object",
@@ -235,7 +243,34 @@ def plans_json_schema(
     }
 
 
-def _param_schema(t: TunableSpec) -> dict[str, Any]:
+def single_change_exclusions(
+    tunables: Sequence[TunableSpec],
+    baseline: Mapping[str, Any],
+    tried: Sequence[Mapping[str, Any]],
+) -> dict[str, list[Any]]:
+    """Per tunable, the values a plan changing only that tunable cannot take without
+    repeating a run: its baseline value (no change at all) and each value of a tried
+    parameter set that differs from the baseline in that tunable alone. A grammar that
+    leaves them out keeps a small model from echoing the baseline or a tried single change
+    (SmolLM2-135M proposed ``{"batch_size": 16}``, the baseline's value, twice in a row)."""
+    out: dict[str, list[Any]] = {}
+    for t in tunables:
+        if t.name not in baseline:
+            continue
+        values = [baseline[t.name]]
+        for params in tried:
+            changed = [
+                name
+                for name, value in params.items()
+                if name in baseline and not values_equal(value, baseline[name])
+            ]
+            if changed == [t.name]:
+                values.append(params[t.name])
+        out[t.name] = values
+    return out
+
+
+def _param_schema(t: TunableSpec, exclude: Sequence[Any] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if t.type == ParamType.FLOAT:
         out["type"] = "number"
@@ -244,7 +279,8 @@ def _param_schema(t: TunableSpec) -> dict[str, Any]:
     elif t.type == ParamType.BOOL:
         out["type"] = "boolean"
     if t.choices:
-        out["enum"] = list(t.choices)
+        left = [c for c in t.choices if not any(values_equal(c, e) for e in exclude)]
+        out["enum"] = left or list(t.choices)  # all excluded: nothing to leave out alone
     if t.min_value is not None:
         out["minimum"] = t.min_value
     elif t.log:
@@ -255,6 +291,7 @@ def _param_schema(t: TunableSpec) -> dict[str, Any]:
         out["description"] = t.description
     grid = value_grid(t)
     if grid is not None:
+        grid = [g for g in grid if not any(values_equal(g, e) for e in exclude)] or grid
         # for servers that generate under a grammar made from the schema: llama.cpp's
         # grammars enforce no numeric bounds, but they do enforce a list of values
         out["x-grid"] = grid

@@ -67,3 +67,38 @@ def test_every_int_of_a_small_range_is_offered() -> None:
 
     assert value_grid(tunable("layers", "int", baseline=4, lo=1, hi=12)) == list(range(1, 13))
     assert value_grid(tunable("free", "float", baseline=1.0)) is None
+
+
+def test_the_grammar_leaves_out_the_baseline_and_tried_single_changes() -> None:
+    """A small model echoed the baseline's batch_size (a no-op plan) twice in a row; under
+    this grammar it cannot: a plan changing one tunable alone takes neither its baseline
+    value nor a value already tried alone. Values a combination tried stay allowed."""
+    from tests.unit.research.helpers import BASELINE
+    from trainee.research.decision import single_change_exclusions, value_grid
+
+    grid = value_grid(next(t for t in TUNABLES if t.name == "batch_size"))
+    assert grid is not None and 32 in grid
+    alone, combined = grid[3], grid[4]
+    tried = [
+        BASELINE,
+        {**BASELINE, "batch_size": alone},  # batch_size alone
+        {**BASELINE, "batch_size": combined, "lr": 0.01},  # a combination: excludes nothing
+        {**BASELINE, "optimizer": "sgd"},
+    ]
+    exclude = single_change_exclusions(TUNABLES, BASELINE, tried)
+    assert exclude["batch_size"] == [32, alone] and exclude["optimizer"] == ["adam", "sgd"]
+    schema = grammar_schema(plan_json_schema(TUNABLES, exclude=exclude))
+    params = schema["properties"]["params"]["properties"]
+    assert 32 not in params["batch_size"]["enum"] and alone not in params["batch_size"]["enum"]
+    assert combined in params["batch_size"]["enum"]
+    assert params["optimizer"]["enum"] == ["adamw"]
+    assert 0.001 not in params["lr"]["enum"]
+    # nothing left to leave out alone: the whole list stays (the grammar must stay satisfiable)
+    every = {"batch_size": list(grid)}
+    assert grammar_schema(plan_json_schema(TUNABLES, exclude=every))["properties"]["params"][
+        "properties"
+    ]["batch_size"]["enum"] == list(grid)
+    # the k-plan schema carries the same lists
+    batch = grammar_schema(plans_json_schema(TUNABLES, 2, exclude=exclude))
+    item = batch["properties"]["plans"]["items"]["properties"]["params"]["properties"]
+    assert item["batch_size"]["enum"] == params["batch_size"]["enum"]
