@@ -188,6 +188,15 @@ def job_cwd(spec: ProjectSpec, rnd: RoundLayout, mode: SecurityMode | str | None
     return spec.working_dir
 
 
+def relative_base(
+    spec: ProjectSpec, rnd: RoundLayout, mode: SecurityMode | str | None = None
+) -> str:
+    """Where the round's relative metric, log and signal paths start: the scratch folder
+    the job writes in, else the project root (as they always did)."""
+    cwd = job_cwd(spec, rnd, mode)
+    return spec.project_root if cwd == spec.working_dir else cwd
+
+
 def from_scratch(spec: ProjectSpec, argv: list[str]) -> list[str]:
     """``argv`` as it works from a scratch folder: the command's scripts of the project
     by their real path (so ``__file__`` and ``sys.path[0]`` are the project's, and

@@ -33,7 +33,7 @@ from trainee.jobfiles import find_job_files
 from trainee.launch.backends import Backend, JobRef, JobState, RoundJob
 from trainee.launch.backends.base import clear_job_files
 from trainee.launch.layout import CONTROL_LAYOUT, ProjectLayout, RoundLayout, SessionLayout
-from trainee.launch.render import build_env, job_cwd, render_round
+from trainee.launch.render import build_env, job_cwd, relative_base, render_round
 from trainee.launch.sandbox import wrap
 from trainee.metrics.extract import Extractor, MetricPoint
 from trainee.monitor.activity import Activity
@@ -447,20 +447,19 @@ class _Watch:
         self.rnd, self.ref, self.job = rnd, ref, job
         self.round_log = str(rnd.log)
         placeholders = rnd.placeholders()
-        # relative metric, log and signal paths: in the scratch folder the job writes,
-        # else in the project
-        cwd = job_cwd(spec, rnd, ctx.security_mode)
-        if cwd == spec.working_dir:
-            cwd = str(ctx.layout.project_root)
+        cwd = relative_base(spec, rnd, ctx.security_mode)
         self.extractor = Extractor(
             spec.metrics.specs,
             placeholders=placeholders,
             project_root=str(ctx.layout.project_root),
             cwd=cwd,
             # a wandb_summary without path: the newest W&B run of this round, found
-            # below the round's WANDB_DIR or the working folder (its summary is written
-            # while the job runs, so after this time)
-            wandb_dirs=(build_env(spec, rnd, {}, create=False)["WANDB_DIR"], cwd),
+            # below the round's WANDB_DIR or the folder the job ran in (its summary is
+            # written while the job runs, so after this time)
+            wandb_dirs=(
+                build_env(spec, rnd, {}, create=False)["WANDB_DIR"],
+                job_cwd(spec, rnd, ctx.security_mode),
+            ),
             since=rec.started_at or time.time(),
         )
         # Re-parse from the start for metrics; show only what was not shown before.
