@@ -70,18 +70,35 @@ def round_summary(r: RoundRecord) -> RoundSummary:
 
 def rebuild_state(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> ResearchState:
     """The research state after the finished ``rounds`` (in order), for ``spec``'s metric."""
-    primary = spec.metrics.specs[0].name if spec.metrics.specs else None
-    goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
-    noise = spec.run.noise
-    state = new_state(
-        primary,
-        goal,
-        noise=NoiseFloor(seed=noise.seed, margin=noise.margin) if noise is not None else None,
-    )
+    state = _empty_state(spec)
     for r in rounds:
         if r.status in ROUND_FINISHED:
             state, _ = record_round(state, round_summary(r))
     return state
+
+
+def best_after_each(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> dict[int, int | None]:
+    """Finished round index -> the session's best round once it was recorded: the
+    best-so-far line the page draws, decided by the research state's rule (goal,
+    tolerance, noise floor), never by a comparison of its own."""
+    state = _empty_state(spec)
+    best: dict[int, int | None] = {}
+    for r in sorted(rounds, key=lambda r: r.index):
+        if r.status in ROUND_FINISHED:
+            state, _ = record_round(state, round_summary(r))
+            best[r.index] = state.best.index if state.best is not None else None
+    return best
+
+
+def _empty_state(spec: ProjectSpec) -> ResearchState:
+    primary = spec.metrics.specs[0].name if spec.metrics.specs else None
+    goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
+    noise = spec.run.noise
+    return new_state(
+        primary,
+        goal,
+        noise=NoiseFloor(seed=noise.seed, margin=noise.margin) if noise is not None else None,
+    )
 
 
 def observe_history(policy: Policy, rounds: Iterable[RoundRecord]) -> None:
