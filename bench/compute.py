@@ -5,6 +5,7 @@
     python bench/compute.py OUT --project examples/mlp-flags --prune '{rules: [{rule: median}]}'
     python bench/compute.py OUT --screen '{...}'              # adds the screening arms
     python bench/compute.py OUT --llm                          # adds llm (needs a provider)
+    python bench/compute.py OUT --llm --llm-url http://127.0.0.1:8080/v1 --llm-model NAME
 
 Every session runs through a private real daemon (``python -m trainee.daemon`` on its
 own socket, unsafe mode: the bench is about compute, not the sandbox), one at a time
@@ -29,6 +30,9 @@ Prints, per policy and arm (medians over seeds; each seed compared with the ``fu
 session of the same policy and seed):
 
 - ``compute``: the arm's compute over its first ``--rounds`` rounds / full's;
+- ``reports``: the same with the primary metric's reports (lines of the round's log its
+  stdout pattern matches: epochs, for lr-cliff) instead of seconds, a measure the
+  machine's load does not move (``-`` when the metric is not read from the output);
 - ``gap``: (the arm's best after ``--rounds`` rounds - full's best) in noise floors,
   positive = worse (goal: <= 1, "the same best within the noise floor");
 - ``to-same``: the arm's compute until its best came within one floor of full's best
@@ -436,7 +440,7 @@ def measure_noise(source: Path, work: Path, repeats: int, seed_flag: str) -> lis
 class PrivateDaemon:
     """``python -m trainee.daemon`` on a private socket and HOME, stopped at exit."""
 
-    def __init__(self, runtime: Path) -> None:
+    def __init__(self, runtime: Path, extra_env: dict[str, str] | None = None) -> None:
         self.runtime = runtime
         home = runtime / "home"
         home.mkdir(parents=True)
@@ -457,6 +461,7 @@ class PrivateDaemon:
                 p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
             ),
         )
+        self.env.update(extra_env or {})
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -543,7 +548,7 @@ def run_session(
     from trainee.launch.layout import ProjectLayout
     from trainee.rpc.client import RpcClient
     from trainee.spec import load_project
-    from trainee.states import RoundStatus
+    from trainee.states import RoundStatus, SessionStatus
 
     pattern = report_pattern(load_project(str(root)))
 
@@ -563,7 +568,7 @@ def run_session(
         deadline = time.monotonic() + timeout
         while True:
             state = rpc.call("loop_get", ref)
-            if state["session"]["status"] != "running" and not state["running"]:
+            if state["session"]["status"] != SessionStatus.RUNNING and not state["running"]:
                 break
             if time.monotonic() > deadline:
                 rpc.call("loop_stop", ref)
@@ -819,7 +824,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--project", type=Path, default=DEFAULT_PROJECT, help="default: examples/lr-cliff"
     )
     p.add_argument("--policies", default=",".join(OFFLINE), help="from tpe,random (default both)")
-    p.add_argument("--llm", action="store_true", help="add the llm policy (needs a provider)")
+    p.add_argument(
+        "--llm",
+        action="store_true",
+        help="add the llm policy: the provider of TRAINEE_LLM_* / ~/.trainee/config.json, "
+        "or --llm-url",
+    )
+    p.add_argument(
+        "--llm-url",
+        default=None,
+        help="an OpenAI-compatible server for --llm (e.g. bench/real_model.py's llama.cpp one)",
+    )
+    p.add_argument("--llm-model", default="smollm2-135m-instruct", help="its model, with --llm-url")
     p.add_argument("--seeds", type=int, default=3, help="seeds per policy (0..N-1), default 3")
     p.add_argument("--rounds", type=int, default=8, help="rounds per full session, default 8")
     p.add_argument(
@@ -872,6 +888,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--project {source}: no .trainee/project.yaml there", file=sys.stderr)
         return 2
     from trainee.spec import load_project
+    from trainee.states import RoundStatus
 
     spec = load_project(str(source))
     goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
@@ -888,7 +905,14 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="trainee-compute-"))
-    daemon = PrivateDaemon(Path(tempfile.mkdtemp(prefix="tr-compute-", dir="/tmp")))
+    llm_env: dict[str, str] = {}
+    if args.llm_url:
+        llm_env = {
+            "TRAINEE_LLM_PROVIDER": "openai_compatible",
+            "TRAINEE_LLM_BASE_URL": args.llm_url.rstrip("/"),
+            "TRAINEE_LLM_MODEL": args.llm_model,
+        }
+    daemon = PrivateDaemon(Path(tempfile.mkdtemp(prefix="tr-compute-", dir="/tmp")), llm_env)
     started = time.monotonic()
     usable: list[Arm] = []
     try:
@@ -927,12 +951,17 @@ def main(argv: list[str] | None = None) -> int:
             policy, seed, arm = job
             root = prepare(source, work, arm, policy, seed)
             t0 = time.monotonic()
-            s = run_session(daemon, root, policy, seed, arm, args.session_timeout)
+            try:
+                s = run_session(daemon, root, policy, seed, arm, args.session_timeout)
+            except Exception as exc:  # a refused start (no provider for llm) ends this session
+                print(f"  {policy} seed {seed} {arm.name}: not run: {exc}", flush=True)
+                return Session(policy, seed, arm.name, [], error=f"{type(exc).__name__}: {exc}")
             print(
                 f"  {policy} seed {seed} {arm.name}: {len(s.rounds)} rounds, "
                 f"{compute_of(s.rounds):.1f}s of compute ({time.monotonic() - t0:.0f}s wall), "
                 f"best {fmt(best_of(s.rounds, goal), 5)}, "
-                f"{sum(r.status == 'pruned' for r in s.rounds)} pruned; {s.stop_reason}",
+                f"{sum(r.status == RoundStatus.PRUNED for r in s.rounds)} pruned; "
+                f"{s.stop_reason}",
                 flush=True,
             )
             return s
@@ -946,12 +975,12 @@ def main(argv: list[str] | None = None) -> int:
 
     comparisons = []
     for s in sessions:
-        if s.arm == FULL:
-            continue
         full = next(
-            f for f in sessions if f.arm == FULL and f.policy == s.policy and f.seed == s.seed
+            (f for f in sessions if f.arm == FULL and f.policy == s.policy and f.seed == s.seed),
+            None,
         )
-        comparisons.append(compare(full, s, args.rounds, goal, floor))
+        if s.arm != FULL and s.rounds and full is not None and full.rounds:
+            comparisons.append(compare(full, s, args.rounds, goal, floor))
     summaries = summarize(comparisons)
     print(
         f"\n{metric} ({goal}); noise floor {fmt(floor, 4)}; medians over seeds; "
