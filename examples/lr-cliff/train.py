@@ -56,7 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--epochs", type=int, default=40, help="passes over the data (default 40)")
     parser.add_argument("--batch-size", type=int, default=32, help="minibatch size (default 32)")
-    parser.add_argument("--hidden", type=int, default=64, help="units per hidden layer (default 64)")
+    parser.add_argument(
+        "--hidden", type=int, default=64, help="units per hidden layer (default 64)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="init and shuffling seed (default 0)")
     args = parser.parse_args(argv)
     if not (args.lr > 0 and math.isfinite(args.lr)):
