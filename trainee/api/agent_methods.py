@@ -21,12 +21,18 @@ from trainee.api.context import CallContext
 from trainee.api.methods import registry
 from trainee.errors import InvalidParams, InvalidState, NotFound
 from trainee.ids import parse_session
+from trainee.policies import AGENT_POLICIES
 from trainee.policies.external import ExternalPolicy
 from trainee.research.decision import MAX_PLAN_TEXT, DecisionPlan
+from trainee.research.prune import pruned_reason
+from trainee.session.pruning import request_end
 from trainee.spec import wire as w
-from trainee.states import ROUND_FINISHED, SessionStatus
+from trainee.states import ROUND_FINISHED, RoundStatus, SessionStatus
 
 WAIT_LIMIT_SEC = 24 * 3600
+MAX_PRUNE_REASON = 500
+"""Characters of a ``round_prune`` reason, at most: it is one line of the report."""
+PRUNE_WAIT_SEC = 10.0
 
 
 PlanText = Annotated[str, Meta(min_length=1, max_length=MAX_PLAN_TEXT)]
@@ -205,6 +211,93 @@ async def round_result(ctx: CallContext, params: RoundResultParams) -> RoundResu
     """
     return await _result(
         ctx, params.project_root, params.session, params.round, params.wait, params.timeout_sec
+    )
+
+
+class RoundPruneParams(w.Wire, kw_only=True):
+    session: w.SessionRef
+    round: w.RoundRef
+    reason: Annotated[str, Meta(min_length=1, max_length=MAX_PRUNE_REASON)]
+    """Why the round is ended early, in one line (whitespace runs become one space)."""
+    project_root: str | None = None
+    wait_sec: Annotated[float, Meta(ge=0, le=600)] = PRUNE_WAIT_SEC
+    """How long to wait for the round to end (SIGTERM, then its grace) before answering."""
+
+
+class RoundPruneResult(w.Wire):
+    """``ended``: the round has ended by the time of the answer (``status``, ``error``:
+    ``pruned: by the agent: <reason>`` once pruned); else it ends within its grace."""
+
+    session: str
+    round: int
+    status: str
+    ended: bool
+    error: str
+    message: str
+
+
+@registry.method(RoundPruneParams, RoundPruneResult)
+async def round_prune(ctx: CallContext, params: RoundPruneParams) -> RoundPruneResult:
+    """End a running round early, with a reason, in a session an agent steers.
+
+    For sessions of the ``external`` and ``hybrid`` policies (the others decide alone:
+    their rounds are ended by ``run.prune``'s rules, the session by ``loop_stop``). The
+    round is stopped the way a prune rule stops one: SIGTERM, then
+    ``advanced.stop_grace_sec`` for the job to save a checkpoint, then SIGKILL. It ends
+    ``pruned`` with ``pruned: by the agent: <reason>`` as its error text (in
+    ``loop_get``, ``runs_get``, ``round_result``'s verdict, report.md's pruned rounds
+    and the page), uses up one of ``max_rounds``, is rejected with that reason in the
+    research state the LLM reads and is told to TPE as a pruned trial. Refused, changing
+    nothing: an unknown round, one not running, the baseline (every round is compared
+    with it) and its runs on other seeds (``run.noise``), a blank reason. Waits up to
+    ``wait_sec`` for the round to end.
+    """
+    reason = " ".join(params.reason.split())
+    if not reason:
+        raise InvalidParams(
+            "round_prune: reason is blank: say in one line why the round ends early",
+            {"method": "round_prune", "field": "reason", "reason": "blank"},
+        )
+    found = await resolve.resolve_round(ctx, params.session, params.round, params.project_root)
+    sid, index = found.record.id, params.round
+    try:
+        running = resolve.running_session(ctx, sid, found.root)
+    except NotFound:
+        raise InvalidState(
+            f"{sid} is not running ({found.record.status}): only a running round can be "
+            "ended early",
+            {"field": "session", "session": sid, "status": found.record.status},
+        ) from None
+    runner = running.runner
+    if runner.record.policy not in AGENT_POLICIES:
+        raise InvalidState(
+            f"{sid} runs the {runner.record.policy!r} policy, which decides alone: only "
+            f"sessions of {' and '.join(sorted(AGENT_POLICIES))} end rounds on request "
+            "(run.prune's rules end the others' rounds; loop_stop stops the session)",
+            {"field": "session", "session": sid, "policy": runner.record.policy},
+        )
+    sub, _, _ = ctx.services.bus.subscribe(session=sid, kinds=["round.finished"])
+    try:
+        rec = await found.store.get_round(found.record.index, index)
+        stopping = running.control.stop_requested.is_set()
+        request_end(rec, sid, runner.spec, runner.early_ends.get(index), reason, stopping=stopping)
+        with anyio.move_on_after(params.wait_sec):
+            async for event in sub:
+                if event.data.get("round") == index:
+                    break
+    finally:
+        sub.close()
+    rec = await found.store.get_round(found.record.index, index)
+    ended = rec.status in ROUND_FINISHED
+    error = pruned_reason(rec.warnings) if rec.status == RoundStatus.PRUNED else ""
+    if not ended:
+        message = f"round {index} of {sid} is ending (SIGTERM sent; it has its grace to save)"
+    elif rec.status == RoundStatus.PRUNED:
+        message = f"round {index} of {sid} ended early: {error}"
+    else:
+        message = f"round {index} of {sid} ended {rec.status} before the stop reached it"
+    return RoundPruneResult(
+        session=sid, round=index, status=rec.status, ended=ended, error=error, message=message
     )
 
 

@@ -27,6 +27,8 @@ from trainee.launch.sandbox import check_bwrap
 from trainee.policies import needs_provider
 from trainee.policies.llm import LlmPolicy
 from trainee.research import analysis
+from trainee.research.prune import pruned_reason
+from trainee.research.state import ResearchState
 from trainee.session.inputs import (
     best_after_each,
     decision_budget,
@@ -74,9 +76,12 @@ HIDDEN_SESSION_FIELDS = frozenset({"env", "spec"})
 
 class RoundView(RoundRecord, kw_only=True):
     """A round's record; ``idle_for``: seconds since the running round's last output or
-    log-file change (None when it is not running)."""
+    log-file change (None when it is not running); ``prune_reason``: why a pruned round
+    ended early, in one line (``pruned: median rule: ...``, ``pruned: by the agent: ...``;
+    None for the other rounds)."""
 
     idle_for: float | None = None
+    prune_reason: str | None = None
     best_after: int | None = None
     """In ``loop_get``: the session's best round once this round finished (None while it
     runs or when no round had a result): the best-so-far line, by the research state's
@@ -108,6 +113,8 @@ def _round_fields(rec: RoundRecord, now: float | None) -> dict[str, object]:
     fields = {f: getattr(rec, f) for f in rec.__struct_fields__}
     if rec.status == RoundStatus.RUNNING and rec.last_activity_at:
         fields["idle_for"] = max(0.0, (now or time.time()) - rec.last_activity_at)
+    if rec.status == RoundStatus.PRUNED:
+        fields["prune_reason"] = pruned_reason(rec.warnings) or str(RoundStatus.PRUNED)
     return fields
 
 
@@ -335,6 +342,54 @@ class LoopGetResult(msgspec.Struct, kw_only=True):
     metric: PrimaryMetricView
     """The primary metric (the project's files as they are now; the built-in loss when
     they no longer load)."""
+
+
+class NoiseView(msgspec.Struct, kw_only=True):
+    """``run.noise``'s measurement: the primary ``metric`` of the baseline's configuration
+    on ``seeds`` values of the ``seed`` tunable (``rounds``), their ``mean`` ± ``spread``
+    (sample standard deviation; None before any is measured), the ``floor`` a new best
+    must beat (``margin`` times the spread, from two seeds on) and all of it in one line
+    (``text``, as report.md and the LLM's prompt say it)."""
+
+    metric: str
+    seed: str
+    seeds: int
+    rounds: list[int]
+    mean: float | None
+    spread: float | None
+    floor: float | None
+    margin: float
+    text: str
+
+
+def _noise_view(state: ResearchState | None) -> NoiseView | None:
+    noise = state.noise if state is not None else None
+    if state is None or noise is None:
+        return None
+    name = state.primary_metric or "metric"
+    return NoiseView(
+        metric=name,
+        seed=noise.seed,
+        seeds=len(noise.values),
+        rounds=list(noise.rounds),
+        mean=noise.mean,
+        spread=noise.spread,
+        floor=noise.floor,
+        margin=noise.margin,
+        text=noise.describe(name),
+    )
+
+
+async def _research_state(
+    manager: SessionManager, root: str, rec: SessionRecord, rounds: list[RoundRecord]
+) -> ResearchState | None:
+    """The session's research state: the running session's own, else rebuilt from its
+    rounds for the project's spec (None when its files no longer load)."""
+    running = manager.running_of(root, rec.index)
+    if running is not None and running.runner.state is not None:
+        return running.runner.state
+    spec = await _spec_or_none(root)
+    return rebuild_state(spec, rounds) if spec is not None else None
 
 
 @registry.method(w.SessionParams, LoopGetResult)
@@ -572,6 +627,7 @@ async def session_report(ctx: CallContext, params: w.SessionParams) -> ReportRes
     layout = ProjectLayout.for_root(root).session(rec.index)
     spec = await anyio.to_thread.run_sync(load_project, root)
     metric, goal = primary_metric(spec.metrics.specs, (r.finals for r in rounds))
+    noise = _noise_view(await _research_state(manager_of(ctx), root, rec, rounds))
 
     def write() -> str:
         write_ledgers(layout, rec, rounds)
@@ -583,6 +639,7 @@ async def session_report(ctx: CallContext, params: w.SessionParams) -> ReportRes
             goal=str(goal),
             decisions=decisions,
             tunables=spec.tunables,
+            noise=noise.text if noise is not None else None,
         )
         return Path(path).read_text()
 
@@ -601,6 +658,28 @@ async def session_report(ctx: CallContext, params: w.SessionParams) -> ReportRes
         ledger_jsonl=str(layout.ledger_jsonl),
         markdown=markdown,
     )
+
+
+class SessionNoiseResult(msgspec.Struct, kw_only=True):
+    session: str
+    noise: NoiseView | None
+    """None without ``run.noise`` (or when the project's files no longer load)."""
+
+
+@registry.method(w.SessionParams, SessionNoiseResult)
+async def session_noise(ctx: CallContext, params: w.SessionParams) -> SessionNoiseResult:
+    """How much the seed alone moves a session's metric (``run.noise``): mean ± spread.
+
+    The baseline's configuration measured on several seeds (the repeats ``run.noise``
+    runs, and any round that changed only the seed): their mean and sample standard
+    deviation, the noise floor a new best must beat, and the same in one line
+    (``text``, as report.md and the LLM's prompt say it). From the running session's
+    research state, else rebuilt from the stored rounds.
+    """
+    found = await resolve.resolve_session(ctx, params.session, params.project_root)
+    rounds = await found.store.list_rounds(found.record.index)
+    state = await _research_state(manager_of(ctx), found.root, found.record, rounds)
+    return SessionNoiseResult(session=found.record.id, noise=_noise_view(state))
 
 
 class RoundMetricsResult(w.Wire):

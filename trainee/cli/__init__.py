@@ -45,6 +45,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("trainee.cli.commands.project:cmd_doctor", "check that a project is ready to run"),
     "run": ("trainee.cli.commands.session:cmd_run", "start the tuning loop (or --dry-run)"),
     "stop": ("trainee.cli.commands.session:cmd_stop", "ask a session to stop"),
+    "prune": (
+        "trainee.cli.commands.session:cmd_prune",
+        "end a running round early with a reason (external and hybrid sessions)",
+    ),
     "attach": (
         "trainee.cli.commands.session:cmd_attach",
         "watch a running session live (Ctrl-C detaches; the session goes on)",
@@ -363,6 +367,21 @@ def build_parser(only: str | None = None) -> Parser:
         default=10.0,
         metavar="SEC",
         help="wait this long for the session to end (default 10; it goes on ending after)",
+    )
+
+    p = add("prune")
+    p.add_argument("session", type=_session_id("SESSION"), help=SESSION_HELP)
+    p.add_argument("round", type=_round_number, help="the running round to end")
+    p.add_argument(
+        "--reason", required=True, help="why it ends early, in one line (kept in the report)"
+    )
+    p.add_argument("--project-root", default=None, help=PROJECT_HELP)
+    p.add_argument(
+        "--wait",
+        type=_stop_wait,
+        default=10.0,
+        metavar="SEC",
+        help="wait this long for the round to end (default 10; it goes on ending after)",
     )
 
     p = add("attach")

@@ -17,10 +17,14 @@ draw from the search space offline; ``external``: an agent submits each plan."""
 
 OFFLINE_POLICIES = frozenset({"tpe", "random", "external"})
 
+AGENT_POLICIES = frozenset({"external", "hybrid"})
+"""Sessions an agent steers: it may end their running rounds early (``round_prune``).
+The others decide alone: ``run.prune``'s rules end their rounds, ``loop_stop`` the session."""
+
 
 def needs_provider(policy: str) -> bool:
     """Whether sessions of ``policy`` ask an LLM provider (unknown names: assume they do)."""
     return policy not in OFFLINE_POLICIES
 
 
-__all__ = ["OFFLINE_POLICIES", "POLICIES", "needs_provider"]
+__all__ = ["AGENT_POLICIES", "OFFLINE_POLICIES", "POLICIES", "needs_provider"]

@@ -137,12 +137,23 @@ class NoiseFloor(msgspec.Struct, kw_only=True):
             return None
         return self.margin * statistics.stdev(self.values)
 
+    @property
+    def mean(self) -> float | None:
+        """The mean of the measured values; None before any."""
+        return statistics.fmean(self.values) if self.values else None
+
+    @property
+    def spread(self) -> float | None:
+        """Their sample standard deviation (0 for one value); None before any."""
+        if not self.values:
+            return None
+        return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
+
     def describe(self, name: str) -> str:
         """``val_loss 0.412 ± 0.013 over 3 seeds of the baseline (rounds 1, 2, 3); noise floor 0.013``."""
-        if not self.values:
+        mean, spread = self.mean, self.spread
+        if mean is None or spread is None:
             return f"not measured yet (the baseline's configuration on other '{self.seed}')"
-        mean = statistics.fmean(self.values)
-        spread = statistics.stdev(self.values) if len(self.values) > 1 else 0.0
         rounds = ", ".join(str(i) for i in self.rounds)
         text = (
             f"{name} {format_metric(mean)} ± {format_metric(spread)} over {len(self.values)} "

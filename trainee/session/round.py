@@ -20,7 +20,7 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from trainee.monitor.activity import Activity
 from trainee.monitor.process import ExitInfo, Limits, revoke_launch
 from trainee.monitor.tail import Line, tail_files
 from trainee.research.state import RoundSummary
-from trainee.session.pruning import RoundPruning
+from trainee.session.pruning import EarlyEnd, RoundPruning
 from trainee.spec import ProjectSpec, SecurityMode
 from trainee.spec.files import job_path_base
 from trainee.states import RoundStatus
@@ -71,7 +71,8 @@ class RoundContext:
     state); ``on_finished`` runs once the round's final record is stored (the session's
     record, its ledgers) and returns the session's best round for the finish event.
     ``monitors`` maps round index -> monitor pid while a round is launched or watched
-    (the daemon refuses socket peers descending from one).
+    (the daemon refuses socket peers descending from one); ``early_ends`` maps round
+    index -> its :class:`EarlyEnd` while the round is run (``round_prune`` asks there).
     """
 
     store: Store
@@ -86,6 +87,7 @@ class RoundContext:
     judge: Callable[[RoundSummary], RoundSummary]
     on_finished: Callable[[RoundSummary], Awaitable[int | None]]
     monitors: dict[int, int] = field(default_factory=dict)
+    early_ends: dict[int, EarlyEnd] = field(default_factory=dict)
 
     @property
     def session_layout(self) -> SessionLayout:
@@ -103,11 +105,34 @@ class RoundRun:
         self.ctx = ctx
         self.spec = spec
         self.rec = rec
+        self.early = EarlyEnd()
+        """Ends the round early (a prune rule, an agent), whichever attempt runs."""
 
     # -- entry points -------------------------------------------------------------------
 
     async def run(self) -> RoundSummary:
         """Launch the round and watch it; an attempt whose monitor died runs again."""
+        with self._ends_early():
+            return await self._run()
+
+    async def resume(self) -> RoundSummary:
+        """A round a previous daemon left unfinished: re-adopt its job when it can be
+        watched, else end what is left of it and run the round again."""
+        with self._ends_early():
+            return await self._resume()
+
+    @contextlib.contextmanager
+    def _ends_early(self) -> Iterator[None]:
+        """The round's early end in ``early_ends`` while it is run."""
+        ends, index = self.ctx.early_ends, self.rec.index
+        ends[index] = self.early
+        try:
+            yield
+        finally:
+            if ends.get(index) is self.early:
+                del ends[index]
+
+    async def _run(self) -> RoundSummary:
         rnd = self.ctx.session_layout.round(self.rec.index)
         while True:
             if self.rec.attempt:
@@ -118,9 +143,7 @@ class RoundRun:
                 return summary
             await self._mark_rerun("its monitor died", level=logging.WARNING)
 
-    async def resume(self) -> RoundSummary:
-        """A round a previous daemon left unfinished: re-adopt its job when it can be
-        watched, else end what is left of it and run the round again."""
+    async def _resume(self) -> RoundSummary:
         backend = self.ctx.backend
         rnd = self._recorded_layout()
         job = self._job(rnd)
@@ -130,7 +153,7 @@ class RoundRun:
             ref = await self._unconfirmed_launch(rnd, job)
             if ref is None:
                 self._log(logging.INFO, "its launch never started; launching it now")
-                return await self.run()
+                return await self._run()
             await self._confirm(ref)
         if ref is not None and ref.backend != backend.name:
             raise LaunchError(
@@ -145,7 +168,7 @@ class RoundRun:
             await self._mark_rerun("its monitor died", level=logging.WARNING)
         else:
             await self._end_lost_attempt(ref, job)
-        return await self.run()
+        return await self._run()
 
     # -- launching ----------------------------------------------------------------------
 
@@ -366,8 +389,9 @@ class RoundRun:
             await ctx.store.add_points(ctx.session, rec.index, _rows(extractor_points))
         metrics = extractor.result()
         status = status_of(exit_info, metrics.missing_required)
-        # stopped because a run.prune rule said so (not by the user): pruned, with the reason
-        pruned = watch.pruning.decision if watch.pruning is not None else None
+        # stopped because a run.prune rule or an agent said so (not by the user): pruned,
+        # with the reason
+        pruned = self.early.decision
         if pruned is not None and status == RoundStatus.STOPPED and not ctx.stop_requested.is_set():
             status = RoundStatus.PRUNED
             exit_info = msgspec.structs.replace(exit_info, error=pruned.error)
@@ -444,6 +468,7 @@ class _Watch:
     ) -> None:
         ctx, spec, rec = run.ctx, run.spec, run.rec
         self.ctx, self.spec, self.rec = ctx, spec, rec
+        self.early = run.early
         self.rnd, self.ref, self.job = rnd, ref, job
         self.round_log = str(rnd.log)
         placeholders = rnd.placeholders()
@@ -500,20 +525,19 @@ class _Watch:
         answering) the job is stopped, the round recorded as failed, and the cause raised."""
         backend = self.ctx.backend
         self.pruning = await RoundPruning.start(
-            self.ctx.store, self.spec, self.ctx.session, self.rec
+            self.ctx.store, self.spec, self.ctx.session, self.rec, self.early
         )
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._run_tail)
                 tg.start_soon(self._pass_on_stop)
-                if self.pruning is not None:
-                    tg.start_soon(
-                        self.pruning.stop_when_pruned,
-                        functools.partial(
-                            backend.cancel, self.ref, self.job, reason=RoundStatus.STOPPED
-                        ),
-                        f"{self.ctx.session_id} round {self.rec.index}",
-                    )
+                tg.start_soon(
+                    self.early.stop_when_requested,
+                    functools.partial(
+                        backend.cancel, self.ref, self.job, reason=RoundStatus.STOPPED
+                    ),
+                    f"{self.ctx.session_id} round {self.rec.index}",
+                )
                 if self.mtime_globs or self.heartbeat_globs:
                     tg.start_soon(self._watch_signals)
                 if self.extractor.polled:

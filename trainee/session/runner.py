@@ -46,6 +46,7 @@ from trainee.session.inputs import (
     observe_history,
     rebuild_state,
 )
+from trainee.session.pruning import EarlyEnd
 from trainee.session.round import RoundContext, RoundRun
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec.wire import Event
@@ -130,6 +131,8 @@ class SessionRunner:
         self._failure_tail: list[str] = []
         self.monitors: dict[int, int] = {}
         """Round index -> pid of its monitor, for the rounds being launched or watched."""
+        self.early_ends: dict[int, EarlyEnd] = {}
+        """Round index -> its early end, for the rounds being run (``round_prune``)."""
         self._stop_detail: str | None = None
         self._decision_ids: dict[int, int] = {}
         """round index -> the id of the decision that chose it (rounds.decision_id)"""
@@ -400,6 +403,7 @@ class SessionRunner:
             judge=self._judge,
             on_finished=self._round_finished,
             monitors=self.monitors,
+            early_ends=self.early_ends,
         )
 
     def _judge(self, summary: RoundSummary) -> RoundSummary:

@@ -157,6 +157,22 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    """End a running round early (``round_prune``); says how it ended."""
+    params = {
+        **_session_params(args, args.session),
+        "round": args.round,
+        "reason": args.reason,
+        "wait_sec": args.wait,
+    }
+    result = daemon_client.call("round_prune", params, timeout=args.wait + 30)
+    if args.json:
+        print_json(result)
+        return 0
+    sys.stdout.write(f"{result['message']}\n")
+    return 0
+
+
 def cmd_attach(args: argparse.Namespace) -> int:
     from trainee.cli.live import watch_session
 

@@ -184,6 +184,7 @@ function summary(r) {
     fact("Hypothesis", r.hypothesis || "–"),
     fact("Expected", r.expected || "–"),
     fact("Outcome", r.verdict ? h("span", {}, badge(r.verdict), " ", r.verdict_reason || "") : "–"),
+    r.prune_reason ? fact("Ended early", r.prune_reason) : null,
     fact("Metric", fmtNum(r.primary_metric)),
     fact("Started", fmtTime(r.started_at)),
     fact("Duration", fmtDuration(duration)),

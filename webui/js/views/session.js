@@ -18,6 +18,7 @@ const LIVE_TAIL_LINES = 500;
 const CURVE_MS = 500;
 const ACTIVE_SEC = 5;
 const QUIET_WARN_SEC = 60;
+const NOISE_DIGITS = 3; // a card is narrow: "0.0558 ± 0.0178" (report.md has every digit)
 const DOWNLOADS = [
   ["report.md", "Report (Markdown)"],
   ["result_ledger.csv", "Ledger (CSV)"],
@@ -118,11 +119,13 @@ export class SessionView {
   async reload() {
     this.loading = true;
     try {
-      const state = await call("loop_get", { project_root: this.project, session: this.sessionId });
+      const at = { project_root: this.project, session: this.sessionId };
+      const [state, noise] = await Promise.all([call("loop_get", at), call("session_noise", at).catch(() => null)]);
       this.info = state.metric;
       this.session = state.session;
       this.running = state.running;
       this.rounds = new Map(state.rounds.map((r) => [r.index, r]));
+      this.noise = (noise && noise.noise) || null;
       this.errors.replaceChildren();
       this.loaded = true;
       this.analysis.refreshSoon();
@@ -252,7 +255,9 @@ export class SessionView {
           ended_at: e.ts,
           duration_sec: d.duration_sec,
           best_after: d.best_round || null,
+          prune_reason: d.status === Round.PRUNED ? d.error : null,
         });
+        if (this.noise) this.reloadSoon(); // a seed measured: session_noise has the new spread
         if (this.session && d.best_round) this.session.best_round = d.best_round;
         if (this.session && d.round === 1) this.session.baseline_round = 1;
         ["head", "live", "table", "chart"].forEach((k) => this.dirty.add(k));
@@ -366,6 +371,7 @@ export class SessionView {
         best === null ? "no metric yet" : s.best_round === (s.baseline_round || 1) ? "the baseline so far" : `${fmtChange(baseline, best)} vs baseline · round ${s.best_round}`,
       ),
       card("Baseline", h("div.card-value", {}, fmtNum(baseline)), `round 1 · ${this.info.goal === "max" ? "higher" : "lower"} is better`),
+      noiseCard(this.noise),
       card("Session time", this.elapsedEl, s.finished_at ? `ended ${fmtTime(s.finished_at)}` : "in progress"),
       card("LLM use", h("div.card-value", {}, `${(s.tokens || 0).toLocaleString()} tok`), s.cost_usd ? `$${s.cost_usd.toFixed(4)}` : "no cost recorded"),
     );
@@ -501,7 +507,7 @@ export class SessionView {
         { dataset: { round: String(r.index), step: String(r.batch || 0) } },
         steps ? h("td.num", {}, String(r.batch || 0)) : null,
         h("td", {}, h("a", { href: this.ctx.sessionHash(this.project, this.sessionId, r.index), "aria-label": `round ${r.index} details` }, String(r.index))),
-        h("td", {}, badge(r.status)),
+        h("td", {}, badge(r.status), pruneLine(r)),
         h("td", {}, diffChips(r.diff, r.index)),
         h("td.text", {}, r.hypothesis || "–"),
         h("td.text", {}, r.expected ? h("div", {}, h("span.muted", {}, "expected: "), r.expected) : null, r.verdict ? h("div", {}, badge(r.verdict), " ", r.verdict_reason || "") : null),
@@ -583,6 +589,24 @@ export class SessionView {
 
 function card(label, value, note) {
   return h("div.card", {}, h("div.card-label", {}, label), value, note ? h("div.card-note", {}, note) : null);
+}
+
+/** ``run.noise``'s measurement (``session_noise``): the baseline's mean ± spread over
+ * its seeds and the floor a new best must beat; nothing without run.noise. */
+function noiseCard(noise) {
+  if (!noise) return null;
+  const measured = noise.mean !== null && noise.mean !== undefined;
+  const value = measured ? `${fmtNum(noise.mean, NOISE_DIGITS)} ± ${fmtNum(noise.spread, NOISE_DIGITS)}` : "–";
+  const seeds = `${noise.seeds} seed${noise.seeds === 1 ? "" : "s"} of the baseline`;
+  const floor = noise.floor !== null && noise.floor !== undefined ? ` · floor ${fmtNum(noise.floor, NOISE_DIGITS)}` : "";
+  const el = card("Seed noise", h("div.card-value.noise-value", { title: noise.text }, value), measured ? `${seeds}${floor}` : "not measured yet");
+  el.dataset.noise = "";
+  return el;
+}
+
+/** A pruned round's one-line reason (``pruned: median rule: ...``), under its status. */
+export function pruneLine(r) {
+  return r.prune_reason ? h("div.prune-reason", {}, r.prune_reason) : null;
 }
 
 /** Params that differ from the baseline, as "name old → new" chips. */
