@@ -360,9 +360,12 @@ class SessionManager:
             cost_usd=0.0,
             error=None,
         )
-        record = await store.create_session(record)
-        self._secrets[(root, index)] = secrets
-        self._spawn(store, record)
+        # a session written is a session run: a cancelled request (its client went
+        # away) does not leave a running record without its task
+        with anyio.CancelScope(shield=True):
+            record = await store.create_session(record)
+            self._secrets[(root, index)] = secrets
+            self._spawn(store, record)
         return record
 
     async def resume(
@@ -395,9 +398,10 @@ class SessionManager:
                 fields["security_mode"] = security_mode
             if env is not None:
                 fields["env"], self._secrets[(root, index)] = split_secrets(env)
-            record = await store.update_session(index, **fields)
-            self._remember(root)
-            self._spawn(store, record)
+            with anyio.CancelScope(shield=True):  # as in _create
+                record = await store.update_session(index, **fields)
+                self._remember(root)
+                self._spawn(store, record)
             return record
 
     def find_running(self, root: str | None, session: str | None) -> Running:
