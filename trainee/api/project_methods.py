@@ -12,6 +12,7 @@ import msgspec
 from trainee.api import resolve
 from trainee.api.context import CallContext
 from trainee.api.methods import registry
+from trainee.atomic import write_atomic
 from trainee.discovery.init import InitResult, PrepareResult, init_project, prepare_project
 from trainee.discovery.tunables import TunablesResult, discover_tunables
 from trainee.errors import ConfigError, InvalidParams
@@ -348,9 +349,7 @@ async def project_update_context(
     def write() -> str:
         current = path.read_text() if path.exists() and params.append else ""
         text = current + ("\n" if current and not current.endswith("\n") else "") + params.content
-        tmp = path.with_suffix(".md.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)
         return text
 
     content = await anyio.to_thread.run_sync(write)

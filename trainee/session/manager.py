@@ -21,6 +21,7 @@ import anyio.abc
 import msgspec
 
 from trainee import paths
+from trainee.atomic import write_atomic
 from trainee.errors import InvalidParams, InvalidState, NotFound
 from trainee.ids import parse_session, session_id
 from trainee.integrations import SUBSCRIBED_KINDS, SessionIntegrations
@@ -127,9 +128,7 @@ class SessionManager:
             return
         projects.append(root)
         paths.ensure_private_dir(self.state_dir)
-        tmp = self.projects_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"projects": projects}, indent=2))
-        os.replace(tmp, self.projects_file)
+        write_atomic(self.projects_file, json.dumps({"projects": projects}, indent=2))
 
     async def store_for(self, root: str) -> Store:
         async with self._store_lock:
@@ -224,9 +223,7 @@ class SessionManager:
         if text and write:
             path = Path(root) / ".trainee" / "journal.md"
             with contextlib.suppress(OSError):
-                tmp = path.with_suffix(".md.tmp")
-                tmp.write_text("# Experiment journal\n\n" + text + "\n")
-                os.replace(tmp, path)
+                write_atomic(path, "# Experiment journal\n\n" + text + "\n")
         return text
 
     def full_env(self, record: SessionRecord) -> dict[str, str]:
