@@ -116,17 +116,32 @@ class SessionManager:
         return self.state_dir / "projects.json"
 
     def known_projects(self) -> list[str]:
+        """The projects the daemon knows (projects.json): every project a session ran
+        in, and those a client added (``projects_add``: the web page's list)."""
         try:
             data = json.loads(self.projects_file.read_text())
         except (OSError, ValueError):
             return []
-        return [p for p in data.get("projects", []) if isinstance(p, str)]
+        found = data.get("projects", []) if isinstance(data, dict) else []
+        return [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
 
-    def _remember(self, root: str) -> None:
+    def remember(self, root: str) -> bool:
+        """Add ``root`` to the known projects; False when it was there already."""
         projects = self.known_projects()
         if root in projects:
-            return
-        projects.append(root)
+            return False
+        self._save_projects([*projects, root])
+        return True
+
+    def forget(self, root: str) -> bool:
+        """Take ``root`` off the known projects; False when it was not there."""
+        projects = self.known_projects()
+        if root not in projects:
+            return False
+        self._save_projects([p for p in projects if p != root])
+        return True
+
+    def _save_projects(self, projects: list[str]) -> None:
         paths.ensure_private_dir(self.state_dir)
         write_atomic(self.projects_file, json.dumps({"projects": projects}, indent=2))
 
@@ -332,7 +347,7 @@ class SessionManager:
         cwd: str,
     ) -> SessionRecord:
         store = await self.store_for(root)
-        self._remember(root)
+        self.remember(root)
         index = await store.next_session_index()
         now = time.time()
         public_env, secrets = split_secrets(env)
@@ -397,7 +412,7 @@ class SessionManager:
                 fields["env"], self._secrets[(root, index)] = split_secrets(env)
             with anyio.CancelScope(shield=True):  # as in _create
                 record = await store.update_session(index, **fields)
-                self._remember(root)
+                self.remember(root)
                 self._spawn(store, record)
             return record
 
