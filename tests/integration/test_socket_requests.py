@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,8 @@ class Methods:
     async def call(self, method: str, params: Any, ctx: Any) -> Any:
         if method == "echo":
             return params
+        if method == "big":
+            return "x" * int(params["size"])
         if method == "wait":
             key = str(params["key"])
             release = self.releases.setdefault(key, anyio.Event())
@@ -80,12 +83,18 @@ class Served:
 
 @pytest.fixture
 def served() -> Iterator[Served]:
-    folder = Path(tempfile.mkdtemp(prefix="tr-req-", dir="/tmp"))
-    path = folder / "rpc.sock"
-    methods = Methods()
     limits = Limits(
         requests_in_flight=IN_FLIGHT, large_request_bytes=LARGE, large_requests_total_bytes=50_000
     )
+    with serving(limits) as served:
+        yield served
+
+
+@contextmanager
+def serving(limits: Limits) -> Iterator[Served]:
+    folder = Path(tempfile.mkdtemp(prefix="tr-req-", dir="/tmp"))
+    path = folder / "rpc.sock"
+    methods = Methods()
     services = Services(
         bus=EventBus(), socket_path=str(path), started_at=time.time(), request_shutdown=lambda: None
     )
@@ -288,3 +297,23 @@ def test_the_client_cancels_a_call_that_timed_out(served: Served) -> None:
         until("nothing is in flight", lambda: served.server.in_flight == 0)
         assert client.connected
         assert client.call("echo", [os.getpid()]) == [os.getpid()]
+
+
+def test_replies_waiting_to_be_read_are_bounded() -> None:
+    limits = Limits(waiting_reply_bytes=5 * 2**20, send_timeout_sec=scaled(60))
+    with serving(limits) as served:
+        raw = Raw(served.path)
+        raw.request("a", "big", {"size": 4 * 2**20})  # more than the socket holds: it waits
+        until("the first reply waits", lambda: served.server.in_flight == 1)
+        raw.request("b", "big", {"size": 2 * 2**20})  # 6 MiB would wait: refused
+        until("the second is answered", lambda: served.server.in_flight == 2)
+        raw.sock.settimeout(scaled(30))
+        first, second = raw.reply(), raw.reply()
+        assert first["id"] == "a" and len(first["result"]) == 4 * 2**20
+        assert second["id"] == "b" and second["error"]["code"] == errors.LimitExceeded.code
+        details = second["error"]["data"]["details"]
+        assert details["what"] == "waiting reply bytes" and details["limit"] == 5 * 2**20
+        assert "the call ran" in second["error"]["message"]
+        raw.request("c", "big", {"size": 2 * 2**20})  # read as they come: no refusal
+        assert len(raw.reply()["result"]) == 2 * 2**20
+        raw.close()

@@ -248,7 +248,7 @@ class Connection:
         this client to read them is answered LimitExceeded instead."""
         limit = self._limits.waiting_reply_bytes
         if self._waiting_bytes and self._waiting_bytes + len(reply) > limit:
-            log.debug("a %d-byte reply was refused: %d bytes wait", len(reply), limit)
+            log.debug("a %d-byte reply refused: %d bytes wait", len(reply), self._waiting_bytes)
             error = LimitExceeded(
                 f"reply not sent ({len(reply)} bytes; the call ran): replies of {limit} bytes "
                 "in all already wait for this client to read them; read replies as they come",
