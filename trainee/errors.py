@@ -6,7 +6,8 @@ the same classes, so it can catch classes rather than integers.
 Each class carries, in one place, its JSON-RPC ``code``, the CLI's ``exit_status``
 and the ``http_status`` of the HTTP API (subclasses inherit what they do not set).
 Codes are stable and append-only. The JSON-RPC reserved codes (-32768..-32000)
-are used only for protocol faults; application errors live at 1001 and up.
+are used only for protocol faults, -32800 for a request its client cancelled (the
+code LSP gives it); application errors live at 1001 and up.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "PortInUse",
     "ProtocolError",
     "ProviderError",
+    "RequestCancelled",
     "SandboxError",
     "ShuttingDown",
     "TraineeError",
@@ -147,6 +149,17 @@ class InternalError(TraineeError):
     kind = "internal"
     exit_status = 70
     http_status = 500
+
+
+class RequestCancelled(TraineeError):
+    """The client cancelled the request (``$/cancelRequest`` on the socket) before it
+    was through. What it had already done stays done: cancelling is for waits and reads."""
+
+    code = -32800
+    kind = "cancelled"
+    exit_status = 13
+    http_status = 499
+    """Never sent over HTTP (a request there ends with its connection): nginx's 499."""
 
 
 # -- application errors --------------------------------------------------------

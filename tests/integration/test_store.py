@@ -122,7 +122,8 @@ def test_open_creates_a_private_wal_database(db_path: Path) -> None:
         row[0]
         for row in plain(db_path).execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }
-    assert {"projects", "sessions", "rounds", "decisions", "metric_points", "events"} <= tables
+    assert {"sessions", "rounds", "decisions", "metric_points", "events"} <= tables
+    assert "projects" not in tables  # the daemon's projects.json is the one list
 
 
 def test_open_twice_is_idempotent(db_path: Path) -> None:
@@ -227,23 +228,6 @@ def test_a_closed_store_refuses_calls(db_path: Path) -> None:
 
 
 # -- projects and sessions --------------------------------------------------------------
-
-
-def test_projects(db_path: Path) -> None:
-    async def main() -> None:
-        async with await Store.open(db_path) as store:
-            first = await store.upsert_project("/p/b", {"launch": {"command": "python t.py"}})
-            await store.upsert_project("/p/a", {})
-            again = await store.upsert_project("/p/b", {"launch": {"command": "python u.py"}})
-            assert again.created_at == first.created_at
-            assert again.updated_at >= first.updated_at
-            got = await store.get_project("/p/b")
-            assert got.spec == {"launch": {"command": "python u.py"}}
-            assert [p.root for p in await store.list_projects()] == ["/p/a", "/p/b"]
-            with pytest.raises(NotFound, match="/p/c"):
-                await store.get_project("/p/c")
-
-    run(main)
 
 
 def test_sessions_create_get_list_update(db_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import msgspec
@@ -12,9 +12,10 @@ import msgspec
 from trainee.api import resolve
 from trainee.api.context import CallContext
 from trainee.api.methods import registry
+from trainee.atomic import write_atomic
 from trainee.discovery.init import InitResult, PrepareResult, init_project, prepare_project
 from trainee.discovery.tunables import TunablesResult, discover_tunables
-from trainee.errors import ConfigError, InvalidParams
+from trainee.errors import ConfigError, InvalidParams, InvalidState
 from trainee.integrations.config import masked_integrations, restore_masked
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import config_diff, render_round
@@ -32,6 +33,7 @@ from trainee.spec import (
 )
 from trainee.spec import wire as w
 from trainee.spec.files import IntegrationsSpec
+from trainee.store.records import SessionRecord
 
 
 def project_policy(root: str) -> str:
@@ -348,9 +350,7 @@ async def project_update_context(
     def write() -> str:
         current = path.read_text() if path.exists() and params.append else ""
         text = current + ("\n" if current and not current.endswith("\n") else "") + params.content
-        tmp = path.with_suffix(".md.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)
         return text
 
     content = await anyio.to_thread.run_sync(write)
@@ -377,28 +377,98 @@ class ProjectsListResult(w.Wire):
 
 @registry.method(w.NoParams, ProjectsListResult)
 async def projects_list(ctx: CallContext, params: w.NoParams) -> ProjectsListResult:
-    """List the projects the daemon knows: the bound one, those it ran sessions in, running ones.
+    """List the projects the daemon knows: the bound one, those added or run in, running ones.
 
     Each with its name, whether it exists and is configured, and its running sessions.
+    The daemon's one list of projects (``projects.json`` in its state folder): the web
+    page shows it and changes it with ``projects_add`` and ``projects_remove``.
     """
     manager = resolve.manager_of(ctx)
     running = manager.running_sessions()
-    bound = str(ctx.services.project_root) if ctx.services.project_root else None
+    bound = _bound(ctx)
     roots: list[str] = []
     for root in [bound, *manager.known_projects(), *(r.project_root for r in running)]:
         if root and root not in roots:
             roots.append(root)
     return ProjectsListResult(
-        bound=bound,
-        projects=[
-            KnownProject(
-                root=root,
-                name=os.path.basename(root.rstrip("/")) or root,
-                bound=root == bound,
-                exists=os.path.isdir(root),
-                configured=os.path.isfile(os.path.join(root, ".trainee", "project.yaml")),
-                running=[r.id for r in running if r.project_root == root],
-            )
-            for root in roots
-        ],
+        bound=bound, projects=[_known_project(root, bound, running) for root in roots]
     )
+
+
+def _bound(ctx: CallContext) -> str | None:
+    return str(ctx.services.project_root) if ctx.services.project_root else None
+
+
+def _known_project(root: str, bound: str | None, running: list[SessionRecord]) -> KnownProject:
+    return KnownProject(
+        root=root,
+        name=os.path.basename(root.rstrip("/")) or root,
+        bound=root == bound,
+        exists=os.path.isdir(root),
+        configured=os.path.isfile(os.path.join(root, ".trainee", "project.yaml")),
+        running=[r.id for r in running if r.project_root == root],
+    )
+
+
+class ProjectsAddParams(w.Wire):
+    project_root: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+
+
+class ProjectsAddResult(w.Wire):
+    project: KnownProject
+    """As ``projects_list`` shows it (``root``: the folder's real path)."""
+    added: bool
+    """False when the daemon knew it already."""
+
+
+@registry.method(ProjectsAddParams, ProjectsAddResult)
+async def projects_add(ctx: CallContext, params: ProjectsAddParams) -> ProjectsAddResult:
+    """Add a project folder to the daemon's list of known projects (``projects_list``).
+
+    The folder must exist (an absolute path; it need not be configured yet: register
+    it with ``project_register`` or ``project_init``). Adding a known one changes nothing.
+    """
+    root = resolve.project_root(ctx, params.project_root)
+    manager = resolve.manager_of(ctx)
+    added = manager.remember(root)  # on the event loop, as a session start's: no lost update
+    project = _known_project(root, _bound(ctx), manager.running_sessions())
+    return ProjectsAddResult(project=project, added=added)
+
+
+class ProjectsRemoveResult(w.Wire):
+    removed: bool
+    """False when it was not in the list (nothing changed)."""
+    message: str
+
+
+@registry.method(ProjectsAddParams, ProjectsRemoveResult)
+async def projects_remove(ctx: CallContext, params: ProjectsAddParams) -> ProjectsRemoveResult:
+    """Take a project off the daemon's list of known projects; its files stay as they are.
+
+    The daemon's bound project and one with a running session stay listed: removing
+    them is InvalidState. A folder that is gone can be removed; one not in the list is
+    no error (``removed`` false).
+    """
+    given = params.project_root
+    if not os.path.isabs(given):
+        raise InvalidParams(
+            f"project_root must be an absolute path, got {given!r}",
+            {"field": "project_root", "reason": "not absolute"},
+        )
+    manager = resolve.manager_of(ctx)
+    known = manager.known_projects()
+    root = given if given in known else os.path.realpath(given)
+    if root == _bound(ctx):
+        raise InvalidState(
+            f"{root} is the project the daemon is bound to: it stays listed",
+            {"project_root": root, "reason": "bound"},
+        )
+    running = [r.id for r in manager.running_sessions() if r.project_root == root]
+    if running:
+        raise InvalidState(
+            f"{root} has a running session ({', '.join(running)}): stop it first",
+            {"project_root": root, "reason": "a session runs", "sessions": running},
+        )
+    removed = manager.forget(root)
+    message = f"removed {root} from the known projects" if removed else f"{root} was not listed"
+    return ProjectsRemoveResult(removed=removed, message=message)

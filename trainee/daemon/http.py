@@ -54,6 +54,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from trainee.api.context import CallContext, Services
 from trainee.api.registry import Registry
 from trainee.api.routes import ALIASES, TOKEN_COOKIE, HttpAlias
+from trainee.atomic import write_atomic
 from trainee.daemon.limits import LargeRequests, Limits
 from trainee.errors import (
     InvalidParams,
@@ -98,11 +99,7 @@ def load_or_create_token(path: Path) -> str:
             os.chmod(path, 0o600)
             return token
     token = secrets.token_urlsafe(32)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, token + "\n", mode=0o600)
     return token
 
 

@@ -20,6 +20,8 @@ and round goes on. Defaults, and the environment variables that change a few:
 | JSON-RPC batch | 256 requests | |
 | reply (one response or a whole batch) | 16 MiB | |
 | a client that reads nothing is dropped after | 30 s | |
+| requests in flight per socket connection (a batch is one) | 64 | |
+| replies waiting to be written, per socket connection | 16 MiB | |
 | watches per socket connection | 32 | |
 | events queued for one watcher or SSE stream | 10,000 events / 8 MiB, then a gap | |
 
@@ -59,6 +61,12 @@ class Limits:
     rpc_batch: int = 256
     reply_bytes: int = 16 * 2**20
     send_timeout_sec: float = 30.0
+    requests_in_flight: int = 64
+    """Requests (a batch counts as one) one socket connection may have running at once;
+    the next is answered LimitExceeded at once and the connection goes on."""
+    waiting_reply_bytes: int = 16 * 2**20
+    """Bytes of replies one socket connection may have waiting for the client to read
+    them; a reply past that is answered LimitExceeded instead (its call ran)."""
     watch_events: int = 10_000
     watch_bytes: int = 8 * 2**20
 

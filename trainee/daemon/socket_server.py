@@ -2,10 +2,16 @@
 
 Every connection is isolated: whatever a client does (disconnect mid-reply, stop
 reading, send garbage, flood) ends that client's connection only, never the
-accept loop or the daemon. Per connection, what the daemon holds is bounded: one
-open frame (``max_request_bytes``, large ones against a daemon-wide allowance),
-one reply in flight (a client that reads nothing for ``send_timeout_sec`` is
-dropped) and each watch's queue of events (then a gap). At most
+accept loop or the daemon. Each request runs in a task of its own, so a long wait
+(``round_result`` with ``wait``) never holds up the others on its connection; a
+client cancels one with the notification ``$/cancelRequest`` ``{"id": <its id>}``
+(it is answered RequestCancelled, -32800), and when the connection ends all its
+requests in flight are cancelled. Per connection, what the daemon holds is
+bounded: one open frame (``max_request_bytes``, large ones against a daemon-wide
+allowance), ``requests_in_flight`` requests running (a batch is one; the next is
+answered LimitExceeded at once), ``waiting_reply_bytes`` of replies waiting to be
+read (a client that reads nothing for ``send_timeout_sec`` is dropped) and each
+watch's queue of events (then a gap). At most
 ``socket_connections`` clients at once (and never more than the file-descriptor
 budget allows): the next one gets one error frame and is closed. A peer that
 belongs to another user or descends from a round's monitor is refused (see
@@ -18,9 +24,11 @@ import contextlib
 import errno
 import logging
 import os
+import select
 import socket
 import stat
 from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +39,19 @@ from anyio.abc import TaskStatus
 from trainee.api.context import CallContext, Services
 from trainee.daemon.limits import LargeRequests, Limits
 from trainee.daemon.peers import peer_of, refusal
-from trainee.errors import Forbidden, LimitExceeded, TraineeError
+from trainee.errors import Forbidden, LimitExceeded, ParseError, TraineeError
 from trainee.rpc.framing import FrameBuffer, FrameTooLarge
-from trainee.rpc.protocol import Dispatcher, encode_error, encode_notification
+from trainee.rpc.protocol import (
+    CANCEL_METHOD,
+    JSONRPC_VERSION,
+    Cancellation,
+    Dispatcher,
+    decode_frame,
+    encode_error,
+    encode_notification,
+    is_request_id,
+    request_ids,
+)
 
 log = logging.getLogger("trainee.daemon.socket")
 
@@ -84,8 +102,26 @@ def only_client_faults(exc: BaseException) -> bool:
     return isinstance(exc, CLIENT_FAULTS)
 
 
+@dataclass(eq=False)
+class _Unit:
+    """One request unit in flight: a request, a notification or a whole batch."""
+
+    ids: list[Any]
+    """The ids of its requests (cancelling any of them cancels the unit)."""
+    batch: bool
+    charged: int
+    """Bytes of the frame charged to the daemon-wide large-request allowance."""
+    cancel: Cancellation = field(default_factory=Cancellation)
+
+
 class Connection:
-    """One client connection: serial request handling plus pushed notifications."""
+    """One client connection: each request in a task of its own, pushed notifications.
+
+    Replies are written whole, one at a time, in the order they are ready (the
+    client matches them by id). A request in flight can be cancelled with a
+    ``$/cancelRequest`` notification naming its id; when the connection ends,
+    everything in flight on it is cancelled.
+    """
 
     def __init__(
         self,
@@ -98,14 +134,23 @@ class Connection:
     ) -> None:
         self._stream = stream
         self._dispatcher = dispatcher
+        self._tg = tg
         self._write_lock = anyio.Lock()
         self._buffer = FrameBuffer(limits.max_request_bytes)
         self._limits = limits
         self._large = large
         self._charged = 0
+        self._units: set[_Unit] = set()
+        self._by_id: dict[tuple[type, Any], set[_Unit]] = {}
+        self._settled = anyio.Event()
+        self._waiting_bytes = 0
         self.ctx = CallContext(
             services=services, transport="socket", notify=self.notify, start_soon=tg.start_soon
         )
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._units)
 
     async def send(self, payload: bytes) -> None:
         """Send one frame; a client that takes more than ``send_timeout_sec`` to make
@@ -126,35 +171,164 @@ class Connection:
             self._charged = pending
             return frames, False
         self._buffer.abandon()
-        self.release()
+        self._large.release(self._charged)
+        self._charged = 0
         return frames, True
 
     def release(self) -> None:
+        """Give back what this connection holds of the large-request allowance."""
         self._large.release(self._charged)
         self._charged = 0
+        for unit in self._units:
+            self._release_unit(unit)
 
     async def run(self) -> None:
+        """Read frames until the client is done; each request starts at once."""
         while True:
             try:
                 data = await self._stream.receive(READ_SIZE)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionResetError):
+            except anyio.EndOfStream:
+                await self._drain()
+                return
+            except (anyio.BrokenResourceError, ConnectionResetError):
                 return
             frames, dropped = self._feed(data)
             for frame in frames:
-                # a large request is charged while it is handled too (decoding it takes
-                # a few times its size): over the allowance it is refused undecoded
-                size = len(frame) if isinstance(frame, bytes) else 0
-                if not self._large.charge(0, size):
-                    await self.send(encode_error(None, self._busy()))
-                    continue
-                try:
-                    response = await self._dispatcher.handle_frame(frame, self.ctx)
-                finally:
-                    self._large.release(size)
-                if response is not None:
-                    await self.send(response)
+                await self._take(frame)
             if dropped:
                 await self.send(encode_error(None, self._busy()))
+
+    async def _take(self, frame: bytes | FrameTooLarge) -> None:
+        """Start one frame's request unit (or answer it at once: a fault, a refusal)."""
+        if isinstance(frame, FrameTooLarge):
+            reply = await self._dispatcher.handle_frame(frame)
+            if reply is not None:
+                await self.send(reply)
+            return
+        # a large request is charged from its decoding (which takes a few times its
+        # size) to its answer: over the allowance it is refused undecoded
+        size = len(frame)
+        if not self._large.charge(0, size):
+            await self.send(encode_error(None, self._busy()))
+            return
+        started = False
+        try:
+            try:
+                message = decode_frame(frame)
+            except ParseError as exc:
+                await self.send(encode_error(None, exc))
+                return
+            rest = self._apply_cancels(message)
+            if rest is _NOTHING:
+                return
+            if len(self._units) >= self._limits.requests_in_flight:
+                reply = self._dispatcher.refuse(rest, self._too_many())
+                if reply is not None:
+                    await self.send(reply)
+                return
+            unit = self._register(rest, size)
+            started = True
+            self._tg.start_soon(self._serve, unit, rest)
+        finally:
+            if not started:
+                self._large.release(size)
+
+    async def _serve(self, unit: _Unit, message: Any) -> None:
+        try:
+            reply = await self._dispatcher.respond(message, self.ctx, unit.cancel)
+            del message
+            self._release_unit(unit)  # the request is done with: only its reply is held
+            if reply is not None:
+                await self._send_reply(unit, reply)
+        finally:
+            self._unregister(unit)
+
+    async def _send_reply(self, unit: _Unit, reply: bytes) -> None:
+        """Write one reply whole; one that would pass the bytes of replies waiting for
+        this client to read them is answered LimitExceeded instead."""
+        limit = self._limits.waiting_reply_bytes
+        if self._waiting_bytes and self._waiting_bytes + len(reply) > limit:
+            log.debug("a %d-byte reply refused: %d bytes wait", len(reply), self._waiting_bytes)
+            error = LimitExceeded(
+                f"reply not sent ({len(reply)} bytes; the call ran): replies of {limit} bytes "
+                "in all already wait for this client to read them; read replies as they come",
+                {"what": "waiting reply bytes", "limit": limit, "size": len(reply)},
+            )
+            reply = encode_error(None if unit.batch or not unit.ids else unit.ids[0], error)
+        self._waiting_bytes += len(reply)
+        try:
+            await self.send(reply)
+        finally:
+            self._waiting_bytes -= len(reply)
+
+    def _apply_cancels(self, message: Any) -> Any:
+        """``message`` less its ``$/cancelRequest`` notifications, each applied now
+        (``_NOTHING`` when nothing is left to run)."""
+        if not isinstance(message, list):
+            return _NOTHING if self._cancel(message) else message
+        rest = [m for m in message if not self._cancel(m)]
+        return _NOTHING if message and not rest else rest
+
+    def _cancel(self, message: Any) -> bool:
+        """True when ``message`` is a ``$/cancelRequest`` notification: each unit in
+        flight with the id it names is cancelled. An id not in flight (unknown, or its
+        request already answered) is no error; a notification gets no answer anyway."""
+        if not (
+            isinstance(message, dict)
+            and message.get("method") == CANCEL_METHOD
+            and message.get("jsonrpc") == JSONRPC_VERSION
+            and "id" not in message
+        ):
+            return False
+        params = message.get("params")
+        target = params.get("id", _NOTHING) if isinstance(params, dict) else _NOTHING
+        if not is_request_id(target):
+            log.debug("ignored a %s without a valid params.id: %.200r", CANCEL_METHOD, params)
+            return True
+        for unit in list(self._by_id.get(_key(target), ())):
+            unit.cancel.cancel()
+        return True
+
+    def _register(self, message: Any, size: int) -> _Unit:
+        unit = _Unit(ids=request_ids(message), batch=isinstance(message, list), charged=size)
+        if not self._units:
+            self._settled = anyio.Event()
+        self._units.add(unit)
+        for rid in unit.ids:
+            self._by_id.setdefault(_key(rid), set()).add(unit)
+        return unit
+
+    def _unregister(self, unit: _Unit) -> None:
+        self._release_unit(unit)
+        self._units.discard(unit)
+        for rid in unit.ids:
+            held = self._by_id.get(_key(rid))
+            if held is not None:
+                held.discard(unit)
+                if not held:
+                    del self._by_id[_key(rid)]
+        if not self._units:
+            self._settled.set()
+
+    def _release_unit(self, unit: _Unit) -> None:
+        self._large.release(unit.charged)
+        unit.charged = 0
+
+    async def _drain(self) -> None:
+        """The client sends no more: its requests in flight are answered, unless it has
+        closed the connection altogether (then they are cancelled with it)."""
+        raw = self._stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        while self._units and raw is not None and not _hung_up(raw):
+            with anyio.move_on_after(HANGUP_CHECK_SEC):
+                await self._settled.wait()
+
+    def _too_many(self) -> LimitExceeded:
+        limit = self._limits.requests_in_flight
+        return LimitExceeded(
+            f"too many requests in flight on this connection (at most {limit}); wait "
+            f"for their replies or cancel some ({CANCEL_METHOD}), then send it again",
+            {"what": "requests in flight", "limit": limit},
+        )
 
     def _busy(self) -> LimitExceeded:
         return LimitExceeded(
@@ -162,6 +336,24 @@ class Connection:
             f"once ({self._large.total} bytes in all); send it again later",
             {"what": "large requests", "limit": self._large.total},
         )
+
+
+_NOTHING: Any = object()
+HANGUP_CHECK_SEC = 1.0
+"""While a half-closed client's requests finish: how often to look whether it hung up."""
+
+
+def _key(rid: Any) -> tuple[type, Any]:
+    """A request id as a key: 1 and 1.0 are different ids."""
+    return (type(rid), rid)
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """Whether the peer closed its end altogether, not only its sending half (Linux
+    reports POLLHUP on a Unix stream socket only then)."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
 
 
 class SocketServer:
@@ -189,6 +381,12 @@ class SocketServer:
         self._on_stop = on_stop
         self.open = 0
         self.refused = 0
+        self._connections: set[Connection] = set()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests running (or with their reply being written) on every connection."""
+        return sum(conn.in_flight for conn in self._connections)
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         listener = await anyio.abc.SocketListener.from_socket(self._sock)
@@ -242,6 +440,7 @@ class SocketServer:
                 conn = Connection(
                     stream, self._dispatcher, self._services, tg, self.limits, self.large
                 )
+                self._connections.add(conn)
                 try:
                     await conn.run()
                 finally:
@@ -256,6 +455,7 @@ class SocketServer:
         finally:
             self.open -= 1
             if conn is not None:
+                self._connections.discard(conn)
                 conn.release()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainee.atomic import write_atomic
 from trainee.discovery.scan import Discovery, Entrypoint, entrypoint_for_command
 from trainee.errors import ConfigError
 from trainee.spec import ProjectFileSpec
@@ -73,11 +74,9 @@ def write_context(
     root: Path | str, discovery: Discovery, project_file: ProjectFileSpec | None = None
 ) -> Path:
     """(Re)write ``.trainee/context.md``; returns its path."""
-    from trainee.spec.yamlio import atomic_write
-
     path = Path(root).resolve() / ".trainee" / "context.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, build_context(root, discovery, project_file).encode("utf-8"))
+    write_atomic(path, build_context(root, discovery, project_file))
     return path
 
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from trainee.atomic import write_atomic
 from trainee.discovery.context import build_context, write_context
 from trainee.discovery.metrics import MetricProposal, propose_metrics, training_metric_advice
 from trainee.discovery.options import normalize_name
@@ -224,8 +225,6 @@ def init_project(
         else:
             path.mkdir(exist_ok=False)
             created.append(f".trainee/{name}/")
-    from trainee.spec.yamlio import atomic_write
-
     for name, text, keep in files:
         path = trainee_dir / name
         rel = f".trainee/{name}"
@@ -240,11 +239,11 @@ def init_project(
                     reason="not a regular file",
                 )
             if name == "project.yaml" and merged.backup is not None:
-                atomic_write(trainee_dir / merged.backup, path.read_bytes())
-            atomic_write(path, text.encode("utf-8"))
+                write_atomic(trainee_dir / merged.backup, path.read_bytes())
+            write_atomic(path, text)
             rewritten.append(rel)
         else:
-            atomic_write(path, text.encode("utf-8"))
+            write_atomic(path, text)
             created.append(rel)
     wrote = set(created) | set(rewritten)
     if ".trainee/project.yaml" in wrote:
@@ -441,15 +440,13 @@ def _user_changed(path: Path, base: Path) -> bool:
 def _write_base(
     trainee_dir: Path, project_text: str, context_text: str, *, wrote_context: bool
 ) -> None:
-    from trainee.spec.yamlio import atomic_write
-
     base = trainee_dir / _BASE_DIR
     if base.is_symlink() or (base.exists() and not base.is_dir()):
         return
     base.mkdir(exist_ok=True)
-    atomic_write(base / "project.yaml", project_text.encode("utf-8"))
+    write_atomic(base / "project.yaml", project_text)
     if wrote_context:
-        atomic_write(base / "context.md", context_text.encode("utf-8"))
+        write_atomic(base / "context.md", context_text)
 
 
 def _exists(path: Path) -> bool:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from trainee.atomic import write_atomic
 
 __all__ = ["SinkState", "target_key"]
 
@@ -51,6 +52,5 @@ class SinkState:
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.path)
+        text = json.dumps(self.data, indent=2, sort_keys=True) + "\n"
+        write_atomic(self.path, text, fsync=False)  # rewritten each round: losing one is fine

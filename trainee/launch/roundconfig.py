@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import cast
 
+from trainee.atomic import write_atomic
 from trainee.errors import InvalidParams, LaunchError
 from trainee.launch.layout import RoundLayout
 from trainee.spec import ParamSource, ParamType, ProjectSpec, TunableSpec, Value
@@ -105,14 +106,12 @@ def write_round_config(spec: ProjectSpec, rnd: RoundLayout, params: ParamValues)
     Written atomically; a bad value or an unreadable baseline raises before anything
     is written.
     """
-    from trainee.spec.yamlio import atomic_write
-
     text = round_config_text(spec, rnd, params)
     if text is None:
         return None
     target = round_config_path(spec, rnd)
     rnd.outputs.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, text.encode("utf-8"))
+    write_atomic(target, text)
     return target
 
 

@@ -27,7 +27,6 @@ import math
 import os
 import re
 import threading
-import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -37,6 +36,7 @@ import msgspec
 from msgspec import Meta
 
 from trainee import paths
+from trainee.atomic import write_atomic
 from trainee.errors import ConfigError, InvalidParams
 from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT as _PROMPT_DEFAULT
 from trainee.spec.files import NotifySpec
@@ -560,23 +560,7 @@ def _ensure_home(folder: Path) -> None:
 def _write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` as 0600 via a temporary file and rename."""
     _ensure_home(path.parent)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomic(path, text, mode=0o600)
 
 
 def save_settings(

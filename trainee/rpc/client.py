@@ -3,6 +3,12 @@
 The CLI imports this module on every run, so it uses ``json`` and ``socket``
 rather than msgspec or asyncio. Errors the daemon sends come back as the same
 :mod:`trainee.errors` classes. One client is one connection, used by one thread.
+
+The daemon answers a connection's requests as each is done, so replies may come
+in another order than the requests: the client matches them by id and drops a
+reply nobody waits for (that of a call that timed out or was cancelled). A call
+interrupted by Ctrl-C (KeyboardInterrupt) or that timed out asks the daemon to
+cancel it (``$/cancelRequest``) before it raises.
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ __all__ = ["RpcClient"]
 
 _RECV_SIZE = 256 * 1024
 _TIMED_OUT: Any = object()
+CANCEL_METHOD = "$/cancelRequest"
+"""The notification that cancels a request in flight (the daemon's ``trainee.rpc.protocol``)."""
+_CANCEL_SEND_SEC = 2.0
+"""How long sending a cancel may take before the client gives up on it."""
 
 
 class RpcClient:
@@ -158,18 +168,34 @@ class RpcClient:
         deadline = _deadline(seconds)
         rid = next(self._ids)
         self._send(_encode_request(method, params, rid), deadline, method)
-        while True:
-            message = self._read_message(deadline)
-            if message is _TIMED_OUT:
-                raise _timed_out(method, seconds)
-            if self._queue_if_notification(message) or not isinstance(message, dict):
-                continue
-            mid = message.get("id")
-            if _is_our_id(mid, rid):
-                return _result_of(message, method)
-            if mid is None and "error" in message:  # the daemon could not read our request
-                raise error_from_wire(message["error"])
-            # else: the late response to a call that timed out earlier
+        try:
+            while True:
+                message = self._read_message(deadline)
+                if message is _TIMED_OUT:
+                    self._cancel_quietly([rid])
+                    raise _timed_out(method, seconds)
+                if self._queue_if_notification(message) or not isinstance(message, dict):
+                    continue
+                mid = message.get("id")
+                if _is_our_id(mid, rid):
+                    return _result_of(message, method)
+                if mid is None and "error" in message:  # the daemon could not read our request
+                    raise error_from_wire(message["error"])
+                # else: the late response to a call that timed out or was cancelled earlier
+        except KeyboardInterrupt:
+            self._cancel_quietly([rid])
+            raise
+
+    def cancel(self, rid: int | str, *, timeout: float | EllipsisType | None = ...) -> None:
+        """Ask the daemon to cancel the request ``rid`` sent on this connection: it is
+        answered RequestCancelled (a reply this client drops). Nothing happens when it
+        is already answered, or when the connection is closed (its requests died with it).
+        """
+        if self._sock is None:
+            return
+        seconds = self.timeout if timeout is ... else timeout
+        frame = _encode_request(CANCEL_METHOD, {"id": rid}, None)
+        self._send(frame, _deadline(seconds), f"the cancel of request {rid}")
 
     def notify(self, method: str, params: dict[str, Any] | list[Any] | None = None) -> None:
         """Send a notification: no response comes, not even an error."""
@@ -193,10 +219,25 @@ class RpcClient:
         parts = [_encode_request(m, p, rid) for (m, p), rid in zip(calls, ids, strict=True)]
         what = f"a batch of {len(calls)} calls"
         self._send(b"[" + b",".join(parts) + b"]", deadline, what)
+        try:
+            return self._batch_replies(calls, ids, deadline, what, seconds)
+        except KeyboardInterrupt:
+            self._cancel_quietly(ids[:1])  # a batch is one request: any of its ids cancels it
+            raise
+
+    def _batch_replies(
+        self,
+        calls: list[tuple[str, Any]],
+        ids: list[int],
+        deadline: float | None,
+        what: str,
+        seconds: float | None,
+    ) -> list[Any | TraineeError]:
         wanted = set(ids)
         while True:
             message = self._read_message(deadline)
             if message is _TIMED_OUT:
+                self._cancel_quietly(ids[:1])
                 raise _timed_out(what, seconds)
             if self._queue_if_notification(message):
                 continue
@@ -239,6 +280,14 @@ class RpcClient:
                 return self._notifications.popleft()
 
     # -- internals ---------------------------------------------------------------
+
+    def _cancel_quietly(self, ids: list[int]) -> None:
+        """Cancel requests this client gives up on, as far as a short try can."""
+        try:
+            for rid in ids:
+                self.cancel(rid, timeout=_CANCEL_SEND_SEC)
+        except (TraineeError, OSError):
+            pass  # the connection is gone or stuck: the daemon cancels with its end
 
     def _not_running(self, message: str, reason: str) -> DaemonNotRunning:
         return DaemonNotRunning(message, {"reason": reason, "path": self.path})

@@ -22,6 +22,12 @@ bytes: a result that would pass it is answered with
 batch after the replies so far reached it (those requests are not run). Batch
 elements run one at a time with a checkpoint between them, so a long batch
 never holds the event loop from other clients.
+
+A transport that lets its clients cancel a request (the socket's
+``$/cancelRequest``) hands :meth:`Dispatcher.respond` a :class:`Cancellation`:
+once it is cancelled, the request running is answered
+:class:`~trainee.errors.RequestCancelled` (-32800) and so is every element of its
+batch not run yet; the elements already answered keep their answers.
 """
 
 from __future__ import annotations
@@ -34,18 +40,29 @@ from typing import Any
 import anyio
 import msgspec
 
-from trainee.errors import InternalError, InvalidRequest, LimitExceeded, ParseError, TraineeError
+from trainee.errors import (
+    InternalError,
+    InvalidRequest,
+    LimitExceeded,
+    ParseError,
+    RequestCancelled,
+    TraineeError,
+)
 from trainee.rpc.framing import FrameTooLarge
 
 __all__ = [
+    "CANCEL_METHOD",
     "JSONRPC_VERSION",
     "Call",
+    "Cancellation",
     "Dispatcher",
     "as_trainee_error",
     "decode_frame",
     "encode_error",
     "encode_notification",
     "encode_result",
+    "is_request_id",
+    "request_ids",
 ]
 
 JSONRPC_VERSION = "2.0"
@@ -61,6 +78,27 @@ _default_logger = logging.getLogger("trainee.rpc")
 _NO_ID: Any = object()  # a request without an "id" member: a notification
 DEFAULT_MAX_BATCH = 256
 DEFAULT_MAX_REPLY = 16 * 2**20
+CANCEL_METHOD = "$/cancelRequest"
+"""The notification (``params: {"id": <request id>}``) that cancels a request, as in LSP."""
+
+
+class Cancellation:
+    """The cancel switch of one request unit (a request, or a whole batch).
+
+    :meth:`cancel` may come from another task at any time: the element running
+    is cancelled at its next checkpoint, those not run yet are not run.
+    """
+
+    __slots__ = ("_scope", "requested")
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._scope: anyio.CancelScope | None = None
+
+    def cancel(self) -> None:
+        self.requested = True
+        if self._scope is not None:
+            self._scope.cancel()
 
 
 def decode_frame(frame: bytes) -> Any:
@@ -122,6 +160,18 @@ def _is_id(value: Any) -> bool:
     return value is None or (type(value) in (str, int, float))
 
 
+def is_request_id(value: Any) -> bool:
+    """Whether ``value`` may be a request's id: a string, a number or null."""
+    return _is_id(value)
+
+
+def request_ids(message: Any) -> list[Any]:
+    """The ids of the requests of a decoded message (each of a batch's); a
+    notification or a malformed element has none."""
+    items = message if isinstance(message, list) else [message]
+    return [m["id"] for m in items if isinstance(m, dict) and "id" in m and _is_id(m["id"])]
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "null"
@@ -167,16 +217,30 @@ class Dispatcher:
             message = decode_frame(frame)
         except ParseError as exc:
             return self._error(None, exc)
-        return await self._respond(message, context)
+        return await self.respond(message, context)
 
     async def handle_message(self, message: Any, context: Any = None) -> Any | None:
         """Like :meth:`handle_frame` for an already-decoded message; returns decoded JSON."""
-        response = await self._respond(message, context)
+        response = await self.respond(message, context)
         return None if response is None else msgspec.json.decode(response)
 
-    async def _respond(self, message: Any, context: Any) -> bytes | None:
+    def refuse(self, message: Any, error: TraineeError) -> bytes | None:
+        """The answer to a decoded message not run at all: ``error`` with the request's
+        id (None for a notification); a batch, refused whole, gets one error with id null."""
+        if isinstance(message, dict):
+            rid = message.get("id", _NO_ID)
+            if rid is _NO_ID:
+                return None
+            return self._error(rid if _is_id(rid) else None, error)
+        return self._error(None, error)
+
+    async def respond(
+        self, message: Any, context: Any = None, cancel: Cancellation | None = None
+    ) -> bytes | None:
+        """The encoded Response to an already-decoded message (a request, a notification
+        or a batch), or None when none is due; ``cancel`` may cut it short."""
         if not isinstance(message, list):
-            return await self._respond_one(message, context)
+            return await self._respond_one(message, context, None, cancel)
         if not message:
             return self._error(None, InvalidRequest("Invalid Request: empty batch"))
         if len(message) > self.max_batch:
@@ -194,7 +258,7 @@ class Dispatcher:
                 response = self._over_reply(m, "the batch's replies so far reached")
             else:
                 await anyio.lowlevel.checkpoint()
-                response = await self._respond_one(m, context, self.max_reply - size)
+                response = await self._respond_one(m, context, self.max_reply - size, cancel)
             if response is not None:
                 parts.append(response)
                 size += len(response) + 1
@@ -213,7 +277,11 @@ class Dispatcher:
         return self._error(rid if _is_id(rid) else None, error)
 
     async def _respond_one(
-        self, message: Any, context: Any, room: int | None = None
+        self,
+        message: Any,
+        context: Any,
+        room: int | None = None,
+        cancel: Cancellation | None = None,
     ) -> bytes | None:
         if not isinstance(message, dict):
             return self._error(
@@ -247,14 +315,24 @@ class Dispatcher:
                     f"Invalid Request: 'params' must be an object or an array, got {_kind(params)}"
                 ),
             )
-        try:
-            result = await self._call(method, params, context)
-        except Exception as exc:
-            error = as_trainee_error(exc, logger=self._logger, where=f"method {method!r}")
-            if rid is _NO_ID:
-                self._logger.debug("notification %s failed: %r", method, error)
-                return None
-            return self._error(rid, error)
+        if cancel is not None and cancel.requested:
+            return None if rid is _NO_ID else self._error(rid, _cancelled(method, rid, run=False))
+        with anyio.CancelScope() as scope:
+            if cancel is not None:
+                cancel._scope = scope
+            try:
+                result = await self._call(method, params, context)
+            except Exception as exc:
+                error = as_trainee_error(exc, logger=self._logger, where=f"method {method!r}")
+                if rid is _NO_ID:
+                    self._logger.debug("notification %s failed: %r", method, error)
+                    return None
+                return self._error(rid, error)
+            finally:
+                if cancel is not None:
+                    cancel._scope = None
+        if scope.cancelled_caught:
+            return None if rid is _NO_ID else self._error(rid, _cancelled(method, rid, run=True))
         if rid is _NO_ID:
             return None
         try:
@@ -277,3 +355,9 @@ class Dispatcher:
 
     def _error(self, id: Id, exc: TraineeError) -> bytes:
         return encode_error(id, exc, logger=self._logger)
+
+
+def _cancelled(method: str, rid: Id, *, run: bool) -> RequestCancelled:
+    what = f"{method} (id {_encode(rid).decode()})"
+    how = "was cancelled by the client" if run else "was not run: its batch was cancelled"
+    return RequestCancelled(f"request cancelled: {what} {how}", {"id": rid, "method": method})

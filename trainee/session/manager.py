@@ -21,6 +21,7 @@ import anyio.abc
 import msgspec
 
 from trainee import paths
+from trainee.atomic import write_atomic
 from trainee.errors import InvalidParams, InvalidState, NotFound
 from trainee.ids import parse_session, session_id
 from trainee.integrations import SUBSCRIBED_KINDS, SessionIntegrations
@@ -115,21 +116,34 @@ class SessionManager:
         return self.state_dir / "projects.json"
 
     def known_projects(self) -> list[str]:
+        """The projects the daemon knows (projects.json): every project a session ran
+        in, and those a client added (``projects_add``: the web page's list)."""
         try:
             data = json.loads(self.projects_file.read_text())
         except (OSError, ValueError):
             return []
-        return [p for p in data.get("projects", []) if isinstance(p, str)]
+        found = data.get("projects", []) if isinstance(data, dict) else []
+        return [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
 
-    def _remember(self, root: str) -> None:
+    def remember(self, root: str) -> bool:
+        """Add ``root`` to the known projects; False when it was there already."""
         projects = self.known_projects()
         if root in projects:
-            return
-        projects.append(root)
+            return False
+        self._save_projects([*projects, root])
+        return True
+
+    def forget(self, root: str) -> bool:
+        """Take ``root`` off the known projects; False when it was not there."""
+        projects = self.known_projects()
+        if root not in projects:
+            return False
+        self._save_projects([p for p in projects if p != root])
+        return True
+
+    def _save_projects(self, projects: list[str]) -> None:
         paths.ensure_private_dir(self.state_dir)
-        tmp = self.projects_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"projects": projects}, indent=2))
-        os.replace(tmp, self.projects_file)
+        write_atomic(self.projects_file, json.dumps({"projects": projects}, indent=2))
 
     async def store_for(self, root: str) -> Store:
         async with self._store_lock:
@@ -224,9 +238,7 @@ class SessionManager:
         if text and write:
             path = Path(root) / ".trainee" / "journal.md"
             with contextlib.suppress(OSError):
-                tmp = path.with_suffix(".md.tmp")
-                tmp.write_text("# Experiment journal\n\n" + text + "\n")
-                os.replace(tmp, path)
+                write_atomic(path, "# Experiment journal\n\n" + text + "\n")
         return text
 
     def full_env(self, record: SessionRecord) -> dict[str, str]:
@@ -335,7 +347,7 @@ class SessionManager:
         cwd: str,
     ) -> SessionRecord:
         store = await self.store_for(root)
-        self._remember(root)
+        self.remember(root)
         index = await store.next_session_index()
         now = time.time()
         public_env, secrets = split_secrets(env)
@@ -360,9 +372,12 @@ class SessionManager:
             cost_usd=0.0,
             error=None,
         )
-        record = await store.create_session(record)
-        self._secrets[(root, index)] = secrets
-        self._spawn(store, record)
+        # a session written is a session run: a cancelled request (its client went
+        # away) does not leave a running record without its task
+        with anyio.CancelScope(shield=True):
+            record = await store.create_session(record)
+            self._secrets[(root, index)] = secrets
+            self._spawn(store, record)
         return record
 
     async def resume(
@@ -395,9 +410,10 @@ class SessionManager:
                 fields["security_mode"] = security_mode
             if env is not None:
                 fields["env"], self._secrets[(root, index)] = split_secrets(env)
-            record = await store.update_session(index, **fields)
-            self._remember(root)
-            self._spawn(store, record)
+            with anyio.CancelScope(shield=True):  # as in _create
+                record = await store.update_session(index, **fields)
+                self.remember(root)
+                self._spawn(store, record)
             return record
 
     def find_running(self, root: str | None, session: str | None) -> Running:

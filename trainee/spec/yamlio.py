@@ -7,15 +7,12 @@ failure to read a file becomes a :class:`ConfigError` naming the file and line.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import enum
 import io
 import json
 import math
-import os
 import re
-import tempfile
 import warnings
 from collections.abc import Iterator
 from datetime import date
@@ -32,6 +29,7 @@ from ruamel.yaml.representer import RoundTripRepresenter
 from ruamel.yaml.scalarbool import ScalarBoolean
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
 
+from trainee.atomic import write_atomic
 from trainee.errors import ConfigError
 from trainee.spec.files import (
     FieldPath,
@@ -48,7 +46,6 @@ __all__ = [
     "MAX_CONFIG_BYTES",
     "MAX_SPEC_BYTES",
     "YamlDocument",
-    "atomic_write",
     "load_spec_data",
     "read_config_value",
     "save_project_files",
@@ -254,11 +251,11 @@ class YamlDocument:
         return ("\ufeff" if self._bom else "") + text
 
     def save(self, path: Path | str | None = None) -> None:
-        """Write atomically (temp file + ``os.replace``) to ``path`` or where it was loaded."""
+        """Write atomically (:func:`trainee.atomic.write_atomic`) to ``path`` or where it was loaded."""
         target = Path(path) if path is not None else self.path
         if target is None:
             raise ValueError("YamlDocument.save needs a path for a document built from text")
-        atomic_write(target, self.dump().encode("utf-8"))
+        write_atomic(target, self.dump())
         self.path = target
 
     # -- helpers -----------------------------------------------------------------
@@ -356,7 +353,7 @@ def save_project_files(root: Path | str, project: ProjectFileSpec, tuning: Tunin
     for file, text, changed in planned:
         if changed:
             file.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(file, text.encode("utf-8"))
+            write_atomic(file, text)
 
 
 def _existing(file: Path) -> tuple[str | None, YamlDocument | None]:
@@ -949,23 +946,3 @@ def _guess_indent(text: str) -> tuple[int, int, int]:
     assert sequence is not None
     sequence = max(sequence, offset + 2)
     return mapping, sequence, offset
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``."""
-    try:
-        mode = path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

@@ -15,7 +15,6 @@ from trainee.store.records import (
     SESSION_STATUSES,
     DecisionRecord,
     MetricPointRecord,
-    ProjectRecord,
     RoundRecord,
     SessionRecord,
 )
@@ -28,7 +27,6 @@ __all__ = [
     "SESSION_STATUSES",
     "DecisionRecord",
     "MetricPointRecord",
-    "ProjectRecord",
     "RoundRecord",
     "SessionRecord",
     "Store",

@@ -36,7 +36,6 @@ from trainee.store.records import (
     TERMINAL_SESSION_STATUSES,
     DecisionRecord,
     MetricPointRecord,
-    ProjectRecord,
     Record,
     RoundRecord,
     SessionRecord,
@@ -120,7 +119,6 @@ class _Table(Generic[R]):
         return " AND ".join(f"{_q(c)} = ?" for c in self.key)
 
 
-_PROJECTS = _Table("projects", ProjectRecord, key=("root",), json=("spec",))
 _SESSIONS = _Table("sessions", SessionRecord, key=("index",), json=("spec", "env"))
 _ROUNDS = _Table(
     "rounds",
@@ -328,35 +326,6 @@ class Store:
         sql = f"UPDATE {table.name} SET {sets} WHERE {table.where_key()}"
         await conn.execute(sql, [*table.values(new, columns), *keys])
         return new
-
-    # -- projects ----------------------------------------------------------------
-
-    async def upsert_project(self, root: str, spec: dict[str, Any]) -> ProjectRecord:
-        """Record (or refresh the spec of) the project at ``root``."""
-        now = time.time()
-        async with self._transaction(f"saving project {root}") as conn:
-            rows = await self._all(conn, _PROJECTS, "WHERE root = ?", (root,))
-            if rows:
-                rec = validate_record(msgspec.structs.replace(rows[0], spec=spec, updated_at=now))
-            else:
-                rec = validate_record(
-                    ProjectRecord(root=root, spec=spec, created_at=now, updated_at=now)
-                )
-            await conn.execute(
-                _PROJECTS.insert_sql(upsert=True), _PROJECTS.values(rec, _PROJECTS.inserted)
-            )
-        return rec
-
-    async def get_project(self, root: str) -> ProjectRecord:
-        async with self._reading(f"reading project {root}") as conn:
-            rows = await self._all(conn, _PROJECTS, "WHERE root = ?", (root,))
-        if not rows:
-            raise NotFound(f"project {root} not found in {self.path}")
-        return rows[0]
-
-    async def list_projects(self) -> list[ProjectRecord]:
-        async with self._reading("listing projects") as conn:
-            return await self._all(conn, _PROJECTS, "ORDER BY root")
 
     # -- sessions ----------------------------------------------------------------
 

@@ -1,18 +1,15 @@
 """Session exports: result ledgers (CSV, JSONL), research state, Markdown report + SVG chart.
 
-Renderers are pure; writers replace each file atomically (temp file + ``os.replace``)
+Renderers are pure; writers replace each file atomically (:mod:`trainee.atomic`)
 so a reader never sees half a file. The session's ``env`` (the caller's environment,
 which may hold secrets) is never written anywhere by this module.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +18,7 @@ from xml.sax.saxutils import escape
 
 import msgspec
 
+from trainee.atomic import write_atomic
 from trainee.research.analysis import build_analysis
 from trainee.research.prune import pruned_reason
 from trainee.spec import TunableSpec
@@ -41,7 +39,6 @@ __all__ = [
     "render_ledger_jsonl",
     "render_report",
     "sparkline",
-    "write_atomic",
     "write_ledgers",
     "write_report",
     "write_research_state",
@@ -88,21 +85,10 @@ class ArtifactLayout(Protocol):
 # -- files ---------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same folder and ``os.replace``."""
+def _write(path: Path, data: bytes) -> None:
+    """Replace ``path`` at once (0644: people read the artifacts), its folder made first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, data, mode=0o644)
 
 
 def _ordered(session: SessionRecord, rounds: Sequence[RoundRecord]) -> list[RoundRecord]:
@@ -210,8 +196,8 @@ def write_ledgers(
     """Write ``result_ledger.csv`` and ``result_ledger.jsonl`` (same rounds, same order)."""
     csv_text = render_ledger_csv(session, rounds).encode()
     jsonl = render_ledger_jsonl(session, rounds)
-    write_atomic(layout.ledger_csv, csv_text)
-    write_atomic(layout.ledger_jsonl, jsonl)
+    _write(layout.ledger_csv, csv_text)
+    _write(layout.ledger_jsonl, jsonl)
 
 
 def write_research_state(layout: ArtifactLayout, state_json: bytes) -> None:
@@ -220,7 +206,7 @@ def write_research_state(layout: ArtifactLayout, state_json: bytes) -> None:
         msgspec.json.decode(state_json)
     except msgspec.DecodeError as exc:
         raise ValueError(f"research state is not valid JSON: {exc}") from None
-    write_atomic(layout.research_state, msgspec.json.format(state_json, indent=2) + b"\n")
+    _write(layout.research_state, msgspec.json.format(state_json, indent=2) + b"\n")
 
 
 # -- report ----------------------------------------------------------------------------
@@ -743,8 +729,8 @@ def write_report(
         baseline=baseline.primary_metric if baseline is not None else None,
     )
     if svg is not None:
-        write_atomic(layout.artifacts / CHART_NAME, svg.encode())
+        _write(layout.artifacts / CHART_NAME, svg.encode())
     for name, view in analysis_views(analysis).items():
-        write_atomic(layout.artifacts / name, view.encode())
-    write_atomic(layout.report, text.encode())
+        _write(layout.artifacts / name, view.encode())
+    _write(layout.report, text.encode())
     return layout.report

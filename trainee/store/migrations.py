@@ -163,7 +163,13 @@ ALTER TABLE rounds ADD COLUMN control_layout INTEGER NOT NULL DEFAULT 1;
 cluster job) starts; and where the round's control files are (1: in its workspace, as
 rounds launched before this version kept them; 2: in ``<data_dir>/control/``)."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+_V5 = """
+DROP TABLE IF EXISTS projects;
+"""
+"""The daemon's known projects are its projects.json (``projects_list``), not a table of
+each project's database: the ``projects`` table was never written by a released version."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -23,7 +23,6 @@ __all__ = [
     "TERMINAL_SESSION_STATUSES",
     "DecisionRecord",
     "MetricPointRecord",
-    "ProjectRecord",
     "Record",
     "RoundRecord",
     "SessionRecord",
@@ -46,15 +45,6 @@ format_session_id = session_id
 
 class Record(msgspec.Struct, kw_only=True):
     """Base of every persisted row."""
-
-
-class ProjectRecord(Record, kw_only=True):
-    """A project the daemon knows, by its absolute root."""
-
-    root: str
-    spec: dict[str, Any] = msgspec.field(default_factory=dict)
-    created_at: float = msgspec.field(default_factory=time.time)
-    updated_at: float = msgspec.field(default_factory=time.time)
 
 
 class SessionRecord(Record, kw_only=True):

@@ -1,6 +1,6 @@
 // The dashboard shell: routing (#/view?query), the header, the projects sidebar, toasts.
 
-import { onAuthProblem } from "./api.js";
+import { call, onAuthProblem } from "./api.js";
 import { loadStates } from "./states.js";
 import { h, replace } from "./dom.js";
 import { Sidebar } from "./views/sidebar.js";
@@ -14,8 +14,9 @@ const conn = document.getElementById("conn");
 const banner = document.getElementById("banner");
 const toasts = document.getElementById("toasts");
 
-const LOCAL_KEY = "trainee.projects";
 const SELECTED_KEY = "trainee.project";
+/** Where this page once kept its own list of projects; moved to the daemon's (projects_add). */
+const OLD_LIST_KEY = "trainee.projects";
 
 /** Shared by the views. */
 const ctx = {
@@ -28,29 +29,31 @@ const ctx = {
     if (round) q.set("round", String(round));
     return `#/session?${q}`;
   },
+  /** The one thing this browser keeps: which project is selected. */
   get selectedProject() {
     return localStorage.getItem(SELECTED_KEY) || null;
   },
   selectProject(root) {
-    if (root) localStorage.setItem(SELECTED_KEY, root);
+    if (!root) return;
+    localStorage.setItem(SELECTED_KEY, root);
     ctx.rememberProject(root);
   },
-  localProjects() {
+  /** Add a project to the daemon's list (projects_add); resolves to it as listed, or null
+   * when the daemon refuses the folder (it stays selectable in this browser). */
+  async rememberProject(root) {
+    if (!root) return null;
     try {
-      const list = JSON.parse(localStorage.getItem(LOCAL_KEY) || "[]");
-      return Array.isArray(list) ? list.filter((p) => typeof p === "string") : [];
+      const { project, added } = await call("projects_add", { project_root: root });
+      if (added) ctx.refreshSidebar();
+      return project;
     } catch {
-      return [];
+      return null;
     }
   },
-  rememberProject(root) {
-    if (!root) return;
-    const list = ctx.localProjects();
-    if (!list.includes(root)) localStorage.setItem(LOCAL_KEY, JSON.stringify([...list, root]));
-  },
-  forgetProject(root) {
-    localStorage.setItem(LOCAL_KEY, JSON.stringify(ctx.localProjects().filter((p) => p !== root)));
+  /** Take a project off the daemon's list (projects_remove) and unselect it. */
+  async forgetProject(root) {
     if (ctx.selectedProject === root) localStorage.removeItem(SELECTED_KEY);
+    return call("projects_remove", { project_root: root });
   },
   setConnection(state) {
     conn.textContent = { live: "● live", connecting: "connecting…", reconnecting: "reconnecting…", offline: "offline" }[state] || "";
@@ -122,8 +125,25 @@ if (opened) {
   history.replaceState(null, "", location.pathname + location.hash);
 }
 
+/** Projects an older page kept in this browser go to the daemon's list, once. */
+async function moveOldList() {
+  const raw = localStorage.getItem(OLD_LIST_KEY);
+  if (raw === null) return;
+  let list = [];
+  try {
+    list = JSON.parse(raw);
+  } catch {
+    list = [];
+  }
+  for (const root of Array.isArray(list) ? list : []) {
+    if (typeof root === "string") await ctx.rememberProject(root);
+  }
+  localStorage.removeItem(OLD_LIST_KEY);
+}
+
 // the published states first: every view reads statuses through states.js
 loadStates()
+  .then(moveOldList)
   .catch(() => {}) // no access: the banner says so; the views show their own errors
   .finally(() => {
     window.addEventListener("hashchange", route);

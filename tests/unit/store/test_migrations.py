@@ -44,7 +44,8 @@ def test_every_migration_applies_in_order_to_an_empty_database() -> None:
         for statement in split_statements(script):
             conn.execute(statement)
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-    assert {"sessions", "rounds", "decisions", "metric_points", "events", "projects"} <= names
+    assert {"sessions", "rounds", "decisions", "metric_points", "events"} <= names
+    assert "projects" not in names
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     conn.close()
 

@@ -99,11 +99,12 @@ def _start_session(params: dict[str, Any], root: str) -> dict[str, Any] | None:
         # answer could lose the answer, and with it the id of the session to stop.
         nonlocal interrupted
         if interrupted:
-            raise KeyboardInterrupt  # the second leaves the session running
+            raise KeyboardInterrupt  # the second cancels the call (RpcClient.call sends the cancel)
         interrupted = True
         sys.stderr.write(
             "\ninterrupted: the daemon is still starting the session; it is stopped as "
-            "soon as it exists (Ctrl-C again to leave it running)\n"
+            "soon as it exists (Ctrl-C again to cancel the start: a session already "
+            "made runs on)\n"
         )
 
     client = daemon_client.ensure_daemon()

@@ -18,7 +18,6 @@ import enum
 import json
 import logging
 import math
-import os
 import shlex
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -29,6 +28,7 @@ import anyio
 import msgspec
 
 from trainee import jobfiles
+from trainee.atomic import write_atomic
 from trainee.errors import LaunchError
 from trainee.launch.layout import RoundLayout
 from trainee.monitor.process import ExitInfo, Limits
@@ -157,9 +157,7 @@ def remember_job(rnd: RoundLayout, ref: JobRef) -> None:
     """Written as soon as the engine accepted the job, before the store records it."""
     path = _job_file(rnd)
     rnd.control.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(msgspec.json.encode(ref))
-    os.replace(tmp, path)
+    write_atomic(path, msgspec.json.encode(ref), fsync=False)
 
 
 def remembered_job(rnd: RoundLayout) -> JobRef | None:
@@ -177,9 +175,7 @@ def mark_cancel(rnd: RoundLayout, reason: str) -> None:
     """Remember why a job was cancelled, so a restarted daemon reports it the same way."""
     rnd.control.mkdir(parents=True, exist_ok=True)
     path = _cancel_file(rnd)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"reason": reason, "at": time.time()}))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps({"reason": reason, "at": time.time()}), fsync=False)
 
 
 def cancel_reason(rnd: RoundLayout) -> str | None:
@@ -211,9 +207,7 @@ def mark_running(rnd: RoundLayout) -> float:
     now = time.time()
     try:
         rnd.control.mkdir(parents=True, exist_ok=True)
-        tmp = _started_file(rnd).with_suffix(".tmp")
-        tmp.write_text(repr(now))
-        os.replace(tmp, _started_file(rnd))
+        write_atomic(_started_file(rnd), repr(now), fsync=False)
     except OSError as exc:  # the timeout then counts from this daemon's first sight
         log.warning("cannot record when %s started: %s", rnd.dir, exc)
     return now

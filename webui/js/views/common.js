@@ -7,14 +7,14 @@ import { needsProvider, policyNames } from "../states.js";
 /** The start form's choice when the project's policy needs a provider and none is set. */
 const OFFLINE_DEFAULT = "random";
 
-/** Projects the daemon knows plus those this browser added, the selected one first known. */
+/** The daemon's list of projects (projects_list), and the selected one when it is not on
+ * it (a folder the daemon refused to add: ``local``). */
 export async function loadProjects(ctx) {
   const server = await call("projects_list");
   const byRoot = new Map(server.projects.map((p) => [p.root, p]));
-  for (const root of [ctx.selectedProject, ...ctx.localProjects()]) {
-    if (root && !byRoot.has(root)) {
-      byRoot.set(root, { root, name: root.split("/").filter(Boolean).pop() || root, running: [], local: true });
-    }
+  const root = ctx.selectedProject;
+  if (root && !byRoot.has(root)) {
+    byRoot.set(root, { root, name: root.split("/").filter(Boolean).pop() || root, running: [], local: true });
   }
   return [...byRoot.values()];
 }

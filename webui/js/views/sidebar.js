@@ -105,7 +105,8 @@ export class Sidebar {
     const running = sessions.some((s) => sessionActive(s.status));
     card.el.classList.toggle("selected", this.ctx.selectedProject === root);
     card.dot.hidden = !running;
-    card.remove.hidden = !project.local; // the daemon's own projects stay
+    // the bound project and one with a running session stay on the daemon's list
+    card.remove.hidden = Boolean(project.bound) || (project.running || []).length > 0 || running;
     card.start.hidden = running;
     if (running) card.start.open = false;
     if (!sessions.length && this.ctx.selectedProject === root && !card.touched) card.start.open = true;
@@ -136,7 +137,19 @@ export class Sidebar {
     const start = h("details.start", {}, h("summary", {}, "Start a session"), startForm(this.ctx, root));
     const remove = h(
       "button.link",
-      { type: "button", title: "forget this project in this browser", onclick: () => { this.ctx.forgetProject(root); this.cards.delete(root); this.refresh(); } },
+      {
+        type: "button",
+        title: "take this project off the daemon's list (its files stay)",
+        onclick: async () => {
+          try {
+            await this.ctx.forgetProject(root);
+          } catch (err) {
+            this.ctx.toast(`Not removed: ${err.message}`, "bad");
+          }
+          this.cards.delete(root);
+          this.refresh();
+        },
+      },
       "Remove",
     );
     const card = { dot, sessions, note, start, remove, touched: false };
