@@ -1,0 +1,129 @@
+"""The parts of :mod:`trainee.launch.gpus` that meet the machine: a slot given back only
+once every process of the round is gone (real processes, one in a session of its own),
+the slot of a running round read from its monitor's environment, NVML through the real
+nvidia-ml-py (no GPU here: it says so), and the GPU device nodes inside a real bwrap
+sandbox (skipped without /dev/nvidia*)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.conftest import scaled
+from tests.unit.launch.projects import make_project, round_of
+from trainee.launch.gpus import SlotPool, probe_gpus, slot_of_monitor
+from trainee.launch.render import build_env
+from trainee.launch.sandbox import bwrap_argv, gpu_devices
+from trainee.shim import proc_start_time
+
+SLEEPER = "import os, sys, time; os.setsid(); print('ready', flush=True); time.sleep(600)"
+
+
+@pytest.fixture
+def leftover(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """A process started with a round's TRAINEE_ROUND_DIR, in a session of its own."""
+    env = {**os.environ, "TRAINEE_ROUND_DIR": str(tmp_path / "round-0001"), "TRAINEE_GPUS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLEEPER], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_a_slot_is_given_back_only_once_the_rounds_processes_are_gone(
+    tmp_path: Path, leftover: subprocess.Popen[str]
+) -> None:
+    key = str(tmp_path / "round-0001")
+
+    async def main() -> list[str]:
+        pool = SlotPool()
+        pool.adopt(key, (1,))
+        steps: list[str] = []
+        async with anyio.create_task_group() as tg:
+
+            async def release() -> None:
+                await pool.release(key, key)
+                steps.append("released")
+
+            tg.start_soon(release)
+            # the release looked for the round's processes at least twice: still held
+            await anyio.sleep(0.5)
+            steps.append("held" if key in pool.held and pool.load() == {1: 1} else "freed")
+            leftover.send_signal(signal.SIGKILL)
+            leftover.wait()
+            with anyio.fail_after(scaled(30)):
+                while key in pool.held:
+                    await anyio.sleep(0.05)
+        assert pool.load() == {}
+        return steps
+
+    assert anyio.run(main) == ["held", "released"]
+
+
+def test_a_waiting_round_gets_the_slot_given_back() -> None:
+    async def main() -> tuple[int, ...]:
+        pool = SlotPool(probe=lambda: probe_gpus())
+        pool.adopt("/a", (0,))
+        got: list[tuple[int, ...]] = []
+        async with anyio.create_task_group() as tg:
+
+            async def wait() -> None:
+                got.append(await pool.acquire("/b", [0], 1, on_wait=lambda _: got.append(())))
+
+            tg.start_soon(wait)
+            with anyio.fail_after(scaled(30)):
+                while not got:  # told it waits
+                    await anyio.sleep(0.01)
+            await pool.release("/a", "/nonexistent-round")
+        return got[-1]
+
+    assert anyio.run(main) == (0,)
+
+
+def test_the_slot_of_a_running_round_comes_from_its_monitors_environment(
+    leftover: subprocess.Popen[str],
+) -> None:
+    start = proc_start_time(leftover.pid)
+    assert start is not None
+    assert slot_of_monitor(leftover.pid, start) == (1,)
+    assert slot_of_monitor(leftover.pid, start + 1) is None  # another process by that pid
+    assert slot_of_monitor(os.getpid(), proc_start_time(os.getpid()) or 0) is None  # no GPU
+
+
+def test_nvml_through_the_real_bindings() -> None:
+    pytest.importorskip("pynvml", reason="the gpu extra (nvidia-ml-py) is not installed")
+    probe = probe_gpus()
+    if glob.glob("/dev/nvidia[0-9]*"):
+        assert probe.free_mib, probe.note  # a GPU machine: NVML lists its GPUs
+        assert all(mib >= 0 for mib in probe.free_mib.values())
+    else:
+        assert probe.free_mib is None and probe.note.startswith("NVML is not available here")
+
+
+@pytest.mark.skipif(not glob.glob("/dev/nvidia*"), reason="no NVIDIA device node on this machine")
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")
+def test_the_gpu_device_nodes_are_reachable_in_the_sandbox(tmp_path: Path) -> None:
+    spec = make_project(tmp_path / "proj", "version: 1\nlaunch:\n  command: [python, x.py]\n")
+    rnd = round_of(spec)
+    code = "import glob, json; print(json.dumps(sorted(glob.glob('/dev/nvidia*'))))"
+    argv = bwrap_argv([sys.executable, "-c", code], layout=rnd, cwd=spec.working_dir)
+    out = subprocess.run(
+        argv, env=build_env(spec, rnd, os.environ), capture_output=True, text=True, check=True
+    )
+    inside = json.loads(out.stdout)
+    assert inside == [d for d in gpu_devices() if d.startswith("/dev/nvidia")]
