@@ -24,6 +24,7 @@ from tests.unit.launch.projects import make_project, round_of
 from trainee.launch.gpus import SlotPool, probe_gpus, slot_of_monitor
 from trainee.launch.render import build_env
 from trainee.launch.sandbox import bwrap_argv, gpu_devices
+from trainee.session.doctor import check_gpus
 from trainee.shim import proc_start_time
 
 SLEEPER = "import os, sys, time; os.setsid(); print('ready', flush=True); time.sleep(600)"
@@ -127,3 +128,27 @@ def test_the_gpu_device_nodes_are_reachable_in_the_sandbox(tmp_path: Path) -> No
     )
     inside = json.loads(out.stdout)
     assert inside == [d for d in gpu_devices() if d.startswith("/dev/nvidia")]
+
+
+def test_doctor_says_what_the_rounds_will_get(tmp_path: Path) -> None:
+    head = "version: 1\nlaunch:\n  command: [python, x.py]\n"
+    auto = make_project(tmp_path / "auto", head + "  gpus: auto\n")
+    if glob.glob("/dev/nvidia[0-9]*"):
+        pytest.skip("this machine has a GPU: the checks below are those of a machine without")
+    check = check_gpus(auto)
+    assert check.status == "warn" and check.detail.startswith("launch.gpus auto: ")
+    assert "rounds run on the CPU" in check.detail and "trainee[gpu]" in check.fix
+    listed = make_project(
+        tmp_path / "listed", head + "  gpus: [0, 1]\n  rounds_per_gpu: 2\nrun:\n  parallel: 6\n"
+    )
+    check = check_gpus(listed)
+    assert check.status == "pass", check
+    assert check.detail.startswith("4 round slot(s) on GPUs 0, 1, 2 round(s) each; ")
+    assert (
+        "used as listed" in check.detail and "rounds beyond 4 wait for a free slot" in check.detail
+    )
+    own = make_project(
+        tmp_path / "own", head + "  gpus: [0]\n  env:\n    CUDA_VISIBLE_DEVICES: '0'\n"
+    )
+    check = check_gpus(own)
+    assert check.status == "warn" and "launch.env sets CUDA_VISIBLE_DEVICES" in check.detail

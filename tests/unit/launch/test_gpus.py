@@ -164,3 +164,23 @@ def test_the_nvidia_device_nodes_that_exist_are_bound_into_the_sandbox(tmp_path:
     binds = [argv[i + 1 : i + 3] for i, a in enumerate(argv) if a == "--dev-bind"]
     assert binds == [[d, d] for d in found]
     assert argv.index("--dev") < argv.index("--dev-bind") < argv.index("--proc")
+
+
+def test_the_worked_example_of_the_docs_loads(tmp_path: Path) -> None:
+    import yaml  # type: ignore[import-untyped]
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    block = text.split("Worked example: a machine with four GPUs")[1].split("```yaml")[1]
+    doc = yaml.safe_load(block.split("```")[0])
+    project = make_project(tmp_path / "proj")
+    write(project / PFILE, yaml.safe_dump({"version": 1, **doc}))
+    spec = load_project(project)
+    assert (spec.launch.gpus, spec.launch.rounds_per_gpu, spec.run.parallel) == ((0, 1), 2, 6)
+    pool, free = SlotPool(), {0: 23512, 1: 23740}
+    order = []
+    for i in range(4):
+        gpu = pool.choose([0, 1], 2, free)
+        assert gpu is not None
+        pool.adopt(f"/r{i}", (gpu,))
+        order.append(gpu)
+    assert order == [1, 0, 1, 0] and pool.choose([0, 1], 2, free) is None
