@@ -299,13 +299,14 @@ def test_parallel_rounds_get_their_own_gpu_and_a_third_waits_for_a_freed_one(
     third = waited[0]
     first = [i for i in step if i != third]
     # the two that ran at once (the barrier) saw each other, on the other GPU
-    assert {step[i]["cuda"] for i in first} == {"0", "1"}
+    assert {step[i]["cuda"] for i in first} == {"0", "1"}, step
     for i, j in (first, first[::-1]):
-        assert str(j) in step[i]["peers"] and step[i]["cuda"] not in step[i]["peers"].values()
+        assert str(j) in step[i]["peers"], step
+        assert step[i]["cuda"] not in step[i]["peers"].values(), step
     # the third got the GPU of a round that had ended, never one in use
     freed = {got[int(r)]["cuda"] for r in step[third]["ended_before"] if r != "1"}
-    assert step[third]["cuda"] in freed
-    assert step[third]["cuda"] not in step[third]["running_at_start"].values()
+    assert step[third]["cuda"] in freed, step
+    assert step[third]["cuda"] not in step[third]["running_at_start"].values(), step
     # trainee said why it waited; GPU rounds keep the thread variables as they were
     waits = [s for s in round_states(daemon.env, project) if s["state"] == "queued"]
     assert [s["round"] for s in waits] == [third]
