@@ -14,9 +14,10 @@ re-adopted round's slot from its monitor's environment, which the job cannot cha
 
 ``auto`` is every GPU NVML reports; without NVML (not installed, no driver, no GPU) it
 means no GPU, with a one-line note, and a list is used as given. Rounds without a GPU
-(CPU rounds) get ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS``
-set to the cores divided by ``run.parallel`` (at least 1) unless their environment
-(``launch.env``, or the caller's) sets them.
+(CPU rounds) run in parallel (``run.parallel`` above 1) get ``OMP_NUM_THREADS``,
+``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` set to the cores divided by
+``run.parallel`` (at least 1) unless their environment (``launch.env``, or the
+caller's) sets them.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def slot_env(
 ) -> dict[str, str]:
     """``env`` (a rendered round's) with its slot: ``devices`` (None: a CPU round) in
     CUDA_VISIBLE_DEVICES unless ``project_env`` (``launch.env``) sets it; a CPU round's
-    thread variables unless ``env`` has them already."""
+    thread variables (with ``parallel`` above 1) unless ``env`` has them already."""
     out = dict(env)
     if devices is not None:
         listed = ",".join(str(d) for d in devices)
@@ -135,6 +136,8 @@ def slot_env(
             out[GPU_ENV] = listed
             out.setdefault(DEVICE_ORDER_ENV, "PCI_BUS_ID")
         return out
+    if parallel <= 1:
+        return out  # alone on the machine: the libraries' own default is all the cores
     threads = str(cpu_threads(parallel, cores))
     for var in THREAD_VARS:
         out.setdefault(var, threads)

@@ -128,6 +128,8 @@ def test_a_cpu_round_shares_the_cores_unless_its_environment_sets_the_threads() 
     )
     assert "CUDA_VISIBLE_DEVICES" not in env
     assert cpu_threads(8, cores=2) == 1 and cpu_threads(1, cores=2) == 2
+    # alone on the machine: the libraries' own default
+    assert slot_env({"PATH": "/bin"}, None, project_env={}, parallel=1) == {"PATH": "/bin"}
 
 
 def test_a_recorded_slot_is_read_only_when_it_is_one() -> None:
