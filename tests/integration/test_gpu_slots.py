@@ -76,6 +76,39 @@ def test_a_slot_is_given_back_only_once_the_rounds_processes_are_gone(
     assert anyio.run(main) == ["held", "released"]
 
 
+def test_what_outlives_an_ended_round_is_killed_before_its_slot_is_given_back(
+    tmp_path: Path, leftover: subprocess.Popen[str]
+) -> None:
+    key = str(tmp_path / "round-0001")
+
+    async def main() -> None:
+        pool = SlotPool()
+        pool.adopt(key, (1,))
+        with anyio.fail_after(scaled(30)):
+            await pool.release(key, key, kill_after=0.3)
+        assert pool.load() == {}
+
+    anyio.run(main)
+    assert leftover.wait(timeout=scaled(10)) == -signal.SIGKILL
+
+
+def test_a_daemon_shutting_down_kills_nothing_of_a_running_round(
+    tmp_path: Path, leftover: subprocess.Popen[str]
+) -> None:
+    key = str(tmp_path / "round-0001")
+
+    async def main() -> None:
+        pool = SlotPool()
+        pool.adopt(key, (1,))
+        with anyio.CancelScope() as scope:
+            scope.cancel()  # the round runs on; the next daemon re-adopts it
+            await pool.release(key, key, kill_after=0.0)
+        assert pool.load() == {}
+
+    anyio.run(main)
+    assert leftover.poll() is None
+
+
 def test_a_waiting_round_gets_the_slot_given_back() -> None:
     async def main() -> tuple[int, ...]:
         pool = SlotPool(probe=lambda: probe_gpus())

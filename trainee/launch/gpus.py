@@ -9,7 +9,8 @@ NVML's order) unless ``launch.env`` sets it, and ``TRAINEE_GPUS`` naming it. Whe
 GPU is full the round waits (``run.parallel`` larger than the slots). A slot is given
 back only once no process carrying the round's ``TRAINEE_ROUND_DIR`` is left, its
 monitor included (:func:`trainee.monitor.process.processes_with_env`), so a child the
-job left behind keeps its GPU taken. A daemon restarted while rounds run reads each
+job left behind keeps its GPU taken (one still there a while after the round ended,
+which only a monitor that died can leave, is killed). A daemon restarted while rounds run reads each
 re-adopted round's slot from its monitor's environment, which the job cannot change.
 
 ``auto`` is every GPU NVML reports; without NVML (not installed, no driver, no GPU) it
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -223,16 +225,31 @@ class SlotPool:
         """Count the slot of a re-adopted round (it runs already: never refused)."""
         self.held[key] = devices
 
-    async def release(self, key: str, round_dir: str) -> None:
+    async def release(self, key: str, round_dir: str, *, kill_after: float | None = None) -> None:
         """Give round ``key``'s slot back once none of its processes is left (every
-        process started with its ``TRAINEE_ROUND_DIR``, its monitor included)."""
+        process started with its ``TRAINEE_ROUND_DIR``, its monitor included).
+
+        The round has ended when this is called: what of it still runs ``kill_after``
+        seconds later (a child that escaped a monitor that died, say) is an orphan and
+        gets SIGKILL, with a warning naming it."""
         if key not in self.held:
             return
         try:
             started = time.monotonic()
-            warned = False
+            warned = killed = False
             while pids := await anyio.to_thread.run_sync(processes_with_env, ROUND_ENV, round_dir):
-                if not warned and time.monotonic() - started > TREE_WARN_SEC:
+                waited = time.monotonic() - started
+                if kill_after is not None and waited > kill_after and not killed:
+                    killed = True
+                    log.warning(
+                        "%s ended, but its processes %s still run: SIGKILL",
+                        round_dir,
+                        ", ".join(map(str, pids)),
+                    )
+                    for pid in pids:
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(pid, signal.SIGKILL)
+                if not warned and waited > TREE_WARN_SEC:
                     warned = True
                     log.warning(
                         "%s: its GPU slot stays taken while its processes %s run",

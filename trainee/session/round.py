@@ -60,6 +60,9 @@ MAX_ATTEMPTS = 3
 """A round whose monitor keeps dying is run at most this many times, then marked failed."""
 STOP_ATTEMPTS = 5
 """Times a stop request is sent to a job engine that does not answer."""
+ORPHAN_MARGIN_SEC = 10.0
+"""After a round ended, how long beyond its stop grace a process of it may still run
+before it is killed (only then is its GPU slot given back)."""
 TAIL_DRAIN_SEC = 30
 """How long the tailer may take to read the files to their end once the job ended."""
 
@@ -321,7 +324,13 @@ class RoundRun:
         if self._slot is None or self._slot_dir is None:
             return
         try:
-            await self.ctx.gpu_slots.release(self._slot_dir, self._slot_dir)
+            # the monitor reaps the job's tree before it exits; what it missed (it died)
+            # has the stop grace and a margin before it is killed
+            await self.ctx.gpu_slots.release(
+                self._slot_dir,
+                self._slot_dir,
+                kill_after=float(self.spec.advanced.stop_grace_sec) + ORPHAN_MARGIN_SEC,
+            )
         finally:
             self._slot = self._slot_dir = None
 
