@@ -15,14 +15,14 @@ all: test
 $(STAMP): pyproject.toml $(EXAMPLE_REQS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,optuna,hydra,tensorboard,mlflow,wandb,notify]' $(addprefix -r ,$(EXAMPLE_REQS))
+	$(PY) -m pip install --quiet -e '.[dev,optuna,hydra,tensorboard,mlflow,wandb,notify,gpu]' $(addprefix -r ,$(EXAMPLE_REQS))
 	@touch $@
 
 venv: $(STAMP)
 
 CLUSTER_STAMP := $(VENV)/.installed-cluster
 $(CLUSTER_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,optuna,hydra,tensorboard,mlflow,wandb,notify,ray]'
+	$(PY) -m pip install --quiet -e '.[dev,optuna,hydra,tensorboard,mlflow,wandb,notify,gpu,ray]'
 	@touch $@
 
 # A single-node Slurm (Debian's slurmctld, slurmd, slurm-client, munge) that the

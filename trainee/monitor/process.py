@@ -54,10 +54,12 @@ __all__ = [
     "MonitorState",
     "RoundHandle",
     "RoundPaths",
+    "environ_of",
     "exit_of",
     "is_alive",
     "kill_orphans",
     "monitor_pids",
+    "processes_with_env",
     "read_claim",
     "read_exit",
     "read_state",
@@ -241,6 +243,51 @@ def monitor_pids() -> set[int]:
         if len(argv) > 2 and argv[1] == b"-I" and argv[2] == shim_path:
             found.add(int(name))
     return found
+
+
+ENVIRON_LIMIT = 1 << 21
+"""Bytes of a process's environment read at most (ARG_MAX is 2 MiB)."""
+
+
+def _environ_bytes(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read(ENVIRON_LIMIT)
+    except OSError:  # gone, or another user's
+        return None
+
+
+def environ_of(pid: int, start_time: int) -> dict[str, str] | None:
+    """The environment process ``pid`` was started with, when it is still the process
+    that started at ``start_time`` (a monitor: its job cannot change it); else None."""
+    data = _environ_bytes(pid)
+    fields = _stat_fields(pid)
+    if data is None or fields is None or int(fields[19]) != start_time:
+        return None
+    out: dict[str, str] = {}
+    for entry in data.split(b"\0"):
+        name, sep, value = entry.partition(b"=")
+        if sep:
+            out[name.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+def processes_with_env(name: str, value: str) -> list[int]:
+    """Live processes of this user started with ``name=value`` in their environment
+    (this process excepted): a round's whole tree carries its ``TRAINEE_ROUND_DIR``,
+    whatever became of its process group or session."""
+    entry = f"{name}={value}".encode()
+    found: list[int] = []
+    for pid_name in os.listdir("/proc"):
+        if not pid_name.isdigit() or int(pid_name) == os.getpid():
+            continue
+        data = _environ_bytes(int(pid_name))
+        if data is None or entry not in data.split(b"\0"):
+            continue
+        fields = _stat_fields(int(pid_name))
+        if fields is not None and fields[0] not in (b"Z", b"X"):
+            found.append(int(pid_name))
+    return sorted(found)
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:

@@ -17,6 +17,7 @@ from trainee.discovery.metrics import training_metric_advice
 from trainee.errors import ConfigError, InvalidParams, ProviderError, SandboxError, TraineeError
 from trainee.ids import parse_round, parse_session
 from trainee.jobfiles import read_bounded
+from trainee.launch import gpus
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
 from trainee.launch.render import command_prefix
@@ -214,6 +215,47 @@ def check_limits(spec: ProjectSpec) -> Check:
     """The training budget of a round is set and finite."""
     status, detail, fix = runplan.check_limits(spec.project_root, spec.to_project_file())
     return _check("limits", status, detail, fix)
+
+
+def check_gpus(spec: ProjectSpec) -> Check:
+    """``launch.gpus``: the GPUs NVML sees, and a CUDA_VISIBLE_DEVICES of launch.env
+    that would keep every round on the same GPUs."""
+    probe = gpus.probe_gpus()
+    devices, note = gpus.wanted_gpus(spec, probe)
+    per_gpu, parallel = spec.launch.rounds_per_gpu, spec.run.parallel
+    if gpus.GPU_ENV in spec.launch.env:
+        return _check(
+            "gpus",
+            "warn",
+            f"launch.env sets {gpus.GPU_ENV}, so trainee leaves it as it is: every round "
+            "sees the same GPUs whatever its slot",
+            f"remove {gpus.GPU_ENV} from launch.env (trainee sets it per round)",
+        )
+    if not devices:
+        return _check(
+            "gpus",
+            "warn",
+            note,
+            "pip install 'trainee[gpu]' where the daemon runs, or list the GPUs in launch.gpus",
+        )
+    free = probe.free_mib or {}
+    unknown = [d for d in devices if probe.free_mib is not None and d not in free]
+    if unknown:
+        return _check(
+            "gpus",
+            "warn",
+            f"launch.gpus names GPU {unknown[0]}, which NVML does not report "
+            f"(it sees {', '.join(map(str, sorted(free)))})",
+            "fix launch.gpus",
+        )
+    slots = len(devices) * per_gpu
+    listed = ", ".join(f"{d} ({free[d]} MiB free)" if d in free else str(d) for d in devices)
+    detail = f"{slots} round slot(s) on GPUs {listed}, {per_gpu} round(s) each"
+    if probe.free_mib is None:
+        detail += f"; {probe.note}: the GPUs are used as listed, in that order"
+    if parallel > slots:
+        detail += f"; run.parallel {parallel}: rounds beyond {slots} wait for a free slot"
+    return _check("gpus", "pass", detail)
 
 
 def _finished_ok(layout: ProjectLayout, log: Path) -> bool:
@@ -434,6 +476,8 @@ async def run_doctor(
             ("launcher", lambda: check_launcher(spec, env)),
             ("sandbox", lambda: check_sandbox(spec, mode)),
         ]
+        if spec.launch.gpus != "none":
+            sync_checks.append(("gpus", lambda: check_gpus(spec)))
         for name, fn in sync_checks:
             if name == "launcher" and checks[-1].status == "fail":
                 checks.append(_check(name, "warn", "not checked: the environment is not ready"))

@@ -30,6 +30,7 @@ import msgspec
 
 from trainee.errors import LaunchError, TraineeError
 from trainee.jobfiles import find_job_files
+from trainee.launch import gpus
 from trainee.launch.backends import Backend, JobRef, JobState, RoundJob
 from trainee.launch.backends.base import clear_job_files
 from trainee.launch.layout import CONTROL_LAYOUT, ProjectLayout, RoundLayout, SessionLayout
@@ -59,6 +60,9 @@ MAX_ATTEMPTS = 3
 """A round whose monitor keeps dying is run at most this many times, then marked failed."""
 STOP_ATTEMPTS = 5
 """Times a stop request is sent to a job engine that does not answer."""
+ORPHAN_MARGIN_SEC = 10.0
+"""After a round ended, how long beyond its stop grace a process of it may still run
+before it is killed (only then is its GPU slot given back)."""
 TAIL_DRAIN_SEC = 30
 """How long the tailer may take to read the files to their end once the job ended."""
 
@@ -88,6 +92,8 @@ class RoundContext:
     on_finished: Callable[[RoundSummary], Awaitable[int | None]]
     monitors: dict[int, int] = field(default_factory=dict)
     early_ends: dict[int, EarlyEnd] = field(default_factory=dict)
+    gpu_slots: gpus.SlotPool = field(default_factory=gpus.machine_pool)
+    """This machine's GPUs, shared by every session of the daemon (``launch.gpus``)."""
 
     @property
     def session_layout(self) -> SessionLayout:
@@ -107,19 +113,38 @@ class RoundRun:
         self.rec = rec
         self.early = EarlyEnd()
         """Ends the round early (a prune rule, an agent), whichever attempt runs."""
+        self._slot: tuple[int, ...] | None = None
+        """The GPUs this round holds (trainee.launch.gpus), across its attempts."""
+        self._slot_dir: str | None = None
+        """Its round folder (its TRAINEE_ROUND_DIR), the slot's key."""
 
     # -- entry points -------------------------------------------------------------------
 
     async def run(self) -> RoundSummary:
         """Launch the round and watch it; an attempt whose monitor died runs again."""
         with self._ends_early():
-            return await self._run()
+            try:
+                return await self._run()
+            finally:
+                await self._release_slot()
 
     async def resume(self) -> RoundSummary:
         """A round a previous daemon left unfinished: re-adopt its job when it can be
         watched, else end what is left of it and run the round again."""
+        # before any await: the GPU slot of a round still running is counted before a
+        # round resumed beside it (or launched after it) takes one
+        if self.rec.monitor_pid is not None and self.rec.monitor_start_time is not None:
+            ref = JobRef(
+                backend=self.rec.backend,
+                pid=self.rec.monitor_pid,
+                start_time=self.rec.monitor_start_time,
+            )
+            self._adopt_slot(self._recorded_layout(), ref)
         with self._ends_early():
-            return await self._resume()
+            try:
+                return await self._resume()
+            finally:
+                await self._release_slot()
 
     @contextlib.contextmanager
     def _ends_early(self) -> Iterator[None]:
@@ -162,6 +187,7 @@ class RoundRun:
                 {"field": "advanced.backend", "round": self.rec.index},
             )
         if ref is not None and await _adoptable(backend, ref, job):
+            self._adopt_slot(rnd, ref)
             summary = await self._readopt(rnd, ref, job)
             if summary is not None:
                 return summary
@@ -201,6 +227,12 @@ class RoundRun:
                 spec, rnd, self.rec.params, base_env=ctx.env, security_mode=ctx.security_mode
             )
         )
+        if ctx.backend.name == "local":
+            devices = await self._take_slot(rnd)
+            env = gpus.slot_env(
+                rendered.env, devices, project_env=spec.launch.env, parallel=spec.run.parallel
+            )
+            rendered = msgspec.structs.replace(rendered, env=env)
         if ctx.guarded:
             rendered = wrap(rendered, spec, rnd, network=spec.advanced.network, caller_env=ctx.env)
         rnd.session.artifacts.mkdir(parents=True, exist_ok=True)
@@ -250,9 +282,74 @@ class RoundRun:
                 "backend": ref.backend,
                 "job_id": ref.job_id,
                 "batch": rec.batch,
+                "gpus": list(self._slot) if self._slot is not None else None,
             },
         )
         return ref, job
+
+    # -- GPU slots (trainee.launch.gpus) ------------------------------------------------
+
+    async def _take_slot(self, rnd: RoundLayout) -> tuple[int, ...] | None:
+        """The GPU slot of this round's launch (None: a CPU round), waited for when every
+        GPU is taken; a stop while waiting launches it without one (it stops at once)."""
+        if self._slot is not None:
+            return self._slot
+        if self.spec.launch.gpus == "none":
+            return None
+        pool = self.ctx.gpu_slots
+        probe = await anyio.to_thread.run_sync(pool.probe)
+        devices, note = gpus.wanted_gpus(self.spec, probe)
+        if note:
+            self._log(logging.INFO, note)
+        if not devices:
+            return None
+
+        def waiting(detail: str) -> None:
+            self._log(logging.INFO, detail)
+            self.ctx.emit(
+                "round.state",
+                {"round": self.rec.index, "state": str(JobState.QUEUED), "detail": detail},
+            )
+
+        per_gpu = self.spec.launch.rounds_per_gpu
+        async with anyio.create_task_group() as tg:
+
+            async def on_stop() -> None:
+                await self.ctx.stop_requested.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(on_stop)
+            self._slot = await pool.acquire(str(rnd.dir), devices, per_gpu, on_wait=waiting)
+            self._slot_dir = str(rnd.dir)
+            tg.cancel_scope.cancel()
+        return self._slot
+
+    def _adopt_slot(self, rnd: RoundLayout, ref: JobRef) -> None:
+        """A re-adopted local round keeps the GPUs its monitor was started with."""
+        if self._slot is not None or ref.backend != "local":
+            return
+        if ref.pid is None or ref.start_time is None:
+            return
+        slot = gpus.slot_of_monitor(ref.pid, ref.start_time)
+        if slot is not None:
+            self._slot, self._slot_dir = slot, str(rnd.dir)
+            self.ctx.gpu_slots.adopt(self._slot_dir, slot)
+
+    async def _release_slot(self) -> None:
+        """Give the round's GPU slot back once its whole process tree has exited (a
+        daemon shutting down gives it back at once: the next daemon re-adopts it)."""
+        if self._slot is None or self._slot_dir is None:
+            return
+        try:
+            # the monitor reaps the job's tree before it exits; what it missed (it died)
+            # has the stop grace and a margin before it is killed
+            await self.ctx.gpu_slots.release(
+                self._slot_dir,
+                self._slot_dir,
+                kill_after=float(self.spec.advanced.stop_grace_sec) + ORPHAN_MARGIN_SEC,
+            )
+        finally:
+            self._slot = self._slot_dir = None
 
     async def _mark_rerun(self, why: str, *, level: int = logging.INFO) -> None:
         """The round's attempt is lost (no exit record): run it again, same params."""

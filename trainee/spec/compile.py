@@ -312,6 +312,7 @@ class _Compiler:
         p = self.project
         self._check_launch()
         self._check_run()
+        self._check_gpus()
         working_dir = self._check_working_dir()
         self._check_data()
         self._check_read_only_paths()
@@ -458,6 +459,35 @@ class _Compiler:
                 self.psrc,
                 ("run", "timeout_minutes"),
                 f"must be a finite number > 0, got {run.timeout_minutes}",
+            )
+
+    def _check_gpus(self) -> None:
+        """``launch.gpus`` and ``launch.rounds_per_gpu`` (trainee.launch.gpus)."""
+        launch, backend = self.project.launch, self.project.advanced.backend.type
+        if launch.gpus != "none" and backend != "local":
+            raise self.fail(
+                self.psrc,
+                ("launch", "gpus"),
+                f"shares this machine's GPUs among local rounds; a {backend} job gets its "
+                "GPUs from advanced.backend.gpus",
+            )
+        if isinstance(launch.gpus, tuple):
+            if not launch.gpus:
+                raise self.fail(
+                    self.psrc, ("launch", "gpus"), "is an empty list; write none for no GPU"
+                )
+            twice = sorted({i for i in launch.gpus if launch.gpus.count(i) > 1})
+            if twice:
+                raise self.fail(
+                    self.psrc,
+                    ("launch", "gpus"),
+                    f"names GPU {twice[0]} twice; use launch.rounds_per_gpu to share a GPU",
+                )
+        if launch.rounds_per_gpu != 1 and launch.gpus == "none":
+            raise self.fail(
+                self.psrc,
+                ("launch", "rounds_per_gpu"),
+                "needs launch.gpus (auto or a list of GPU indices)",
             )
 
     def _check_working_dir(self) -> Path:
@@ -754,7 +784,8 @@ class _Compiler:
                 raise self.fail(
                     self.psrc,
                     (*base, name),
-                    "is a cluster option (slurm, ray); local rounds use this machine",
+                    "is a cluster option (slurm, ray); local rounds use this machine"
+                    + ("; share its GPUs with launch.gpus" if name == "gpus" else ""),
                 )
             if b.type == "slurm" and float(value) != int(value):
                 raise self.fail(self.psrc, (*base, name), "Slurm needs a whole number")

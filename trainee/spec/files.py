@@ -201,6 +201,12 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     env_passthrough: tuple[EnvName, ...] = ()
     """Variables of the caller named like secrets (keys, tokens, passwords) that may
     reach the job; every other secret-named variable is dropped from its environment."""
+    gpus: Literal["auto", "none"] | tuple[Annotated[int, Meta(ge=0, le=1023)], ...] = "none"
+    """The GPUs of this machine the rounds share (local backend): ``auto`` (every GPU
+    NVML reports), a list of device indices, or ``none``. Each running round gets one
+    of them in CUDA_VISIBLE_DEVICES (see :mod:`trainee.launch.gpus`)."""
+    rounds_per_gpu: Annotated[int, Meta(ge=1, le=64)] = 1
+    """Rounds sharing one GPU at once (with ``gpus``)."""
 
 
 class LimitsSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
