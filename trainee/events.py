@@ -34,16 +34,54 @@ __all__ = [
     "KINDS",
     "NOTE_PATTERN",
     "OUTPUT_LINES_PER_EVENT",
+    "Activity",
+    "ActivityEvent",
     "AnyEvent",
+    "BatchFinished",
+    "BatchFinishedEvent",
+    "BatchStarted",
+    "BatchStartedEvent",
+    "DaemonStarted",
+    "DaemonStartedEvent",
+    "Decision",
+    "DecisionEvent",
+    "DecisionStarted",
+    "DecisionStartedEvent",
+    "Diff",
     "Event",
     "EventData",
+    "FailedAttempt",
     "InvalidEvent",
+    "Metric",
+    "MetricEvent",
+    "MetricPoint",
     "NoteEvent",
+    "Output",
+    "OutputEvent",
+    "OutputLine",
+    "Params",
+    "RoundData",
+    "RoundFinished",
+    "RoundFinishedEvent",
+    "RoundReadopted",
+    "RoundReadoptedEvent",
+    "RoundRerun",
+    "RoundRerunEvent",
+    "RoundStarted",
+    "RoundStartedEvent",
+    "RoundState",
+    "RoundStateEvent",
     "SessionData",
+    "SessionFinished",
+    "SessionFinishedEvent",
+    "SessionStarted",
+    "SessionStartedEvent",
     "UnknownEventKind",
+    "data_of",
     "decode_event",
     "envelope",
     "events_schema",
+    "is_note",
     "kind_of",
     "project_of",
 ]
@@ -449,11 +487,16 @@ def decode_event(raw: bytes | str | Mapping[str, Any]) -> Event:
         if kind in EVENT_TYPES:
             typed: AnyEvent = msgspec.convert(obj, AnyEvent)
             return typed
-        if isinstance(kind, str) and _NOTE.match(kind):
+        if isinstance(kind, str) and is_note(kind):
             return msgspec.convert(obj, NoteEvent)
     except msgspec.ValidationError as exc:
         raise InvalidEvent(f"event {kind!r}: {exc}") from None
     raise UnknownEventKind(kind)
+
+
+def is_note(kind: str) -> bool:
+    """Whether ``kind`` is a note's (``note``, ``note.<name>``)."""
+    return _NOTE.match(kind) is not None
 
 
 def project_of(event: Event) -> str | None:

@@ -19,7 +19,6 @@ Subscribers take events in batches (:meth:`Subscription.next_batch`,
 
 from __future__ import annotations
 
-import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -30,13 +29,13 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from trainee.events import (
-    NOTE_PATTERN,
     Event,
     EventData,
     InvalidEvent,
     NoteEvent,
     data_of,
     envelope,
+    is_note,
 )
 from trainee.spec import wire
 
@@ -51,7 +50,6 @@ BATCH_BYTES = 4 * 2**20
 16 MiB); a larger event goes alone."""
 
 _encode = msgspec.json.encode
-_NOTE = re.compile(NOTE_PATTERN)
 
 
 class Subscription:
@@ -233,7 +231,7 @@ class EventBus:
             if data is not None:
                 raise TypeError("publish(data) takes the data Struct alone")
             payload = kind
-        elif _NOTE.match(kind):
+        elif is_note(kind):
             note = NoteEvent(
                 id=self._next_id,
                 ts=self._clock(),
