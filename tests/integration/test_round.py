@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from tests.conftest import scaled
+from trainee.events import kind_of
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
 from trainee.research.state import RoundSummary
@@ -119,7 +121,7 @@ class Session:
         return RoundContext(
             store=self.store,
             backend=make_backend(self.spec.advanced.backend, os.environ),
-            emit=lambda kind, data: self.events.append((kind, data)),
+            emit=lambda data: self.events.append((kind_of(data), msgspec.to_builtins(data))),
             session=1,
             session_id="session-0001",
             layout=ProjectLayout.for_root(self.root),

@@ -16,6 +16,7 @@ import anyio
 import msgspec
 from msgspec import Meta
 
+from trainee import events as ev
 from trainee.api import resolve
 from trainee.api.context import CallContext
 from trainee.api.methods import registry
@@ -283,7 +284,7 @@ async def round_prune(ctx: CallContext, params: RoundPruneParams) -> RoundPruneR
         request_end(rec, sid, runner.spec, runner.early_ends.get(index), reason, stopping=stopping)
         with anyio.move_on_after(params.wait_sec):
             async for event in sub:
-                if event.data.get("round") == index:
+                if isinstance(event.data, ev.RoundFinished) and event.data.round == index:
                     break
     finally:
         sub.close()

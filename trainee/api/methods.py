@@ -10,11 +10,13 @@ import anyio
 import msgspec
 
 import trainee
+from trainee import events as ev
 from trainee import states
 from trainee.api.context import CallContext
 from trainee.api.registry import Registry
 from trainee.errors import InvalidParams, InvalidState, LimitExceeded, NotFound
 from trainee.policies import POLICIES, needs_provider
+from trainee.session.bus import chunks, wire_event
 from trainee.spec import wire as w
 
 registry = Registry()
@@ -128,21 +130,10 @@ async def events_watch(ctx: CallContext, params: w.EventsWatchParams) -> w.Event
             try:
                 if gap:
                     await notify("events", {"watch_id": watch_id, "gap": True, "events": []})
-                for start in range(0, len(backlog), 500):
-                    await notify(
-                        "events", {"watch_id": watch_id, "events": backlog[start : start + 500]}
-                    )
-                batch: list[w.Event] = []
-                async for event in sub:
-                    batch.append(event)
-                    # Drain what is already queued so a burst travels in one frame.
-                    while len(batch) < 500:
-                        try:
-                            batch.append(sub.receive_nowait())
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            break
+                for part in chunks(backlog):
+                    await notify("events", {"watch_id": watch_id, "events": part})
+                async for batch in sub.batches():  # a burst travels in one frame
                     await notify("events", {"watch_id": watch_id, "events": batch})
-                    batch = []
                 if sub.dropped:
                     await notify("events", {"watch_id": watch_id, "gap": True, "events": []})
             finally:
@@ -176,7 +167,18 @@ async def events_list(ctx: CallContext, params: w.EventsListParams) -> w.EventsL
     bus = ctx.services.bus
     events, gap = bus.replay(params.since, session=params.session, limit=params.limit)
     cursor = events[-1].id if events else max(params.since, 0)
-    return w.EventsListResult(events=events, cursor=cursor, gap=gap)
+    return w.EventsListResult(events=[wire_event(e) for e in events], cursor=cursor, gap=gap)
+
+
+@registry.method(w.NoParams, w.EventsSchemaResult)
+async def events_schema(ctx: CallContext, params: w.NoParams) -> w.EventsSchemaResult:
+    """Return the event stream's types: every kind, and the JSON schema of one event.
+
+    ``schema`` is a union tagged by ``kind`` (``discriminator.mapping`` names each
+    kind's definition, with every field of its ``data``), plus notes (``note`` and
+    ``note.*``, any object). The page and other clients dispatch on these kinds.
+    """
+    return w.EventsSchemaResult(kinds=list(ev.KINDS), schema=ev.events_schema())
 
 
 @registry.method(w.EventsPublishParams, w.Event)
@@ -193,4 +195,4 @@ async def events_publish(ctx: CallContext, params: w.EventsPublishParams) -> w.E
             f"events_publish: data is {size} bytes of JSON, at most {MAX_NOTE_BYTES}",
             {"field": "data", "reason": "too large", "limit": MAX_NOTE_BYTES},
         )
-    return ctx.services.bus.publish(params.kind, params.data, session=params.session)
+    return wire_event(ctx.services.bus.publish(params.kind, params.data, session=params.session))

@@ -199,7 +199,8 @@ _SSE: dict[str, Any] = {
         "operationId": "session_events",
         "summary": "A session's events as Server-Sent Events",
         "description": "Each event is sent with its id as the SSE `id:` and the event "
-        "(id, kind, ts, session, data) as JSON `data:`. Reconnecting with the "
+        "(id, kind, ts, session, data) as JSON `data:`; each kind's fields are in the "
+        "schema `events_schema` returns. Reconnecting with the "
         "`Last-Event-ID` header (or `?since=`) resumes after that id with nothing "
         "lost. A named `ready` event opens the stream (without `since` its id is the "
         "current cursor: only newer events follow); a named `gap` event says events "

@@ -24,7 +24,10 @@ import threading
 import time
 from collections import deque
 
+import msgspec
+
 from trainee import errors
+from trainee import events as ev
 from trainee.cli import daemon_client
 from trainee.cli.output import (
     MISSING,
@@ -37,6 +40,7 @@ from trainee.states import RoundStatus, SessionStatus, StopReason
 
 TYPE_CHECKING = False  # typing is not imported at run time: the CLI's start-up is measured
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from rich.console import Console, RenderableType
@@ -52,6 +56,8 @@ RECONNECTS = 5
 """Daemon restarts in a row (no event between them) before the view gives up."""
 RECONNECT_PAUSE = 0.2
 """Seconds before the n-th try in a row to reach a daemon again is n times this."""
+IGNORED_KINDS = frozenset({ev.kind_of(ev.DaemonStartedEvent), ev.kind_of(ev.ActivityEvent)})
+"""Kinds the view shows nothing of (every other kind has its renderer)."""
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -65,6 +71,10 @@ def clean_line(text: str) -> str:
         parts = [p for p in text.split("\r") if p]
         text = parts[-1] if parts else ""
     return _CONTROL.sub("", text.replace("\t", "    "))
+
+
+def project_text(project: object) -> str:
+    return project if isinstance(project, str) else MISSING
 
 
 def diff_text(diff: dict[str, Any]) -> str:
@@ -89,7 +99,7 @@ class Progress:
         self.metric: str | None = None
         self.best: tuple[int, float] | None = None
         self.baseline: tuple[int, float] | None = None
-        self.latest: dict[str, tuple[float, Any]] = {}
+        self.latest: dict[str, tuple[float | None, Any]] = {}
 
     def seed(self, state: dict[str, Any]) -> None:
         rec = state.get("session") or {}
@@ -179,6 +189,7 @@ class LiveView:
         self.last_id = 0
         self._lock = threading.RLock()
         self._live: Live | None = None
+        self._renderers = self.renderers()
 
     # -- the live region -----------------------------------------------------------------
 
@@ -241,121 +252,130 @@ class LiveView:
         data = event.get("data") or {}
         if self.project_root and data.get("project") not in (None, self.project_root):
             return  # the same session id in another project
-        kind = str(event.get("kind", ""))
         with self._lock:
             if self.json_mode:
-                print_json(event)
-                if kind == "session.finished":
-                    self.finished = data
+                print_json(event)  # as it came, whatever its kind
+            try:
+                typed = ev.decode_event(event)
+            except ev.InvalidEvent as exc:
+                self.note(f"an event this view cannot read: {exc}")
                 return
-            render = getattr(self, "on_" + kind.replace(".", "_"), None)
+            if self.json_mode:
+                if isinstance(typed, ev.SessionFinishedEvent):
+                    self.on_session_finished(typed.data)
+                return
+            if isinstance(typed, ev.NoteEvent):
+                self.say(f"note: {typed.data}", "italic")
+                return
+            render = self._renderers.get(type(typed))
             if render is not None:
-                render(data)
-            elif kind.startswith("note"):
-                self.say(f"note: {data}", "italic")
+                render(typed.data)
 
-    def on_session_started(self, d: dict[str, Any]) -> None:
-        if d.get("max_rounds"):
-            self.progress.max_rounds = int(d["max_rounds"])
+    def renderers(self) -> dict[type[ev.AnyEvent], Callable[[Any], None]]:
+        """What the view does with each kind (the kinds in IGNORED_KINDS it skips)."""
+        return {
+            ev.SessionStartedEvent: self.on_session_started,
+            ev.DecisionStartedEvent: self.on_decision_started,
+            ev.DecisionEvent: self.on_decision,
+            ev.BatchStartedEvent: self.on_batch_started,
+            ev.BatchFinishedEvent: self.on_batch_finished,
+            ev.RoundStartedEvent: self.on_round_started,
+            ev.RoundStateEvent: self.on_round_state,
+            ev.RoundReadoptedEvent: self.on_round_readopted,
+            ev.RoundRerunEvent: self.on_round_rerun,
+            ev.OutputEvent: self.on_output,
+            ev.MetricEvent: self.on_metric,
+            ev.RoundFinishedEvent: self.on_round_finished,
+            ev.SessionFinishedEvent: self.on_session_finished,
+        }
+
+    def on_session_started(self, d: ev.SessionStarted) -> None:
+        if d.max_rounds:
+            self.progress.max_rounds = d.max_rounds
         self.say(
-            f"trainee {self.session} on {d.get('project')} — policy {d.get('policy')}, "
-            f"up to {d.get('max_rounds')} rounds",
+            f"trainee {self.session} on {project_text(d.project)} — policy {d.policy}, "
+            f"up to {d.max_rounds} rounds",
             "bold",
         )
 
-    def on_decision_started(self, d: dict[str, Any]) -> None:
+    def on_decision_started(self, d: ev.DecisionStarted) -> None:
         self.deciding_since = time.monotonic()
-        self.say(f"\n… deciding round {d.get('round')} ({d.get('policy')})", "dim")
+        self.say(f"\n… deciding round {d.round} ({d.policy})", "dim")
 
-    def on_decision(self, d: dict[str, Any]) -> None:
-        who = str(d.get("policy", ""))
-        if d.get("provider"):
-            who += f" via {d['provider']} {d.get('model', '')}".rstrip()
-        if d.get("response_format"):
-            who += f", {d['response_format']}"
+    def on_decision(self, d: ev.Decision) -> None:
+        who = d.policy
+        if d.provider:
+            who += f" via {d.provider} {d.model}".rstrip()
+        if d.response_format:
+            who += f", {d.response_format}"
         step = ""
-        if int(d.get("batch_size") or 1) > 1:
-            step = f"step {d.get('batch')}: "
+        if d.batch_size > 1:
+            step = f"step {d.batch}: "
         took = ""
         since = getattr(self, "deciding_since", None)
         if since is not None:
             took = f" in {time.monotonic() - since:.0f} s"
         self.say(
-            f"\n── {step}decision for round {d.get('round')} ({who}){took}"
-            + (" [repaired]" if d.get("repaired") else ""),
+            f"\n── {step}decision for round {d.round} ({who}){took}"
+            + (" [repaired]" if d.repaired else ""),
             "cyan",
         )
-        for failed in d.get("failed_attempts") or []:
-            self.say(
-                f"   {failed.get('provider')} failed ({failed.get('kind')}): {failed.get('error')}",
-                "yellow",
-            )
-        if d.get("stop"):
-            self.say(f"   stop: {d.get('stop_reason') or MISSING}", "cyan")
+        for failed in d.failed_attempts:
+            self.say(f"   {failed.provider} failed ({failed.kind}): {failed.error}", "yellow")
+        if d.stop:
+            self.say(f"   stop: {d.stop_reason or MISSING}", "cyan")
             return
-        self.say(f"   hypothesis: {d.get('hypothesis') or MISSING}")
-        self.say(f"   change:     {diff_text(d.get('diff') or {})}")
-        self.say(f"   expected:   {d.get('expected') or MISSING}")
+        self.say(f"   hypothesis: {d.hypothesis or MISSING}")
+        self.say(f"   change:     {diff_text(d.diff)}")
+        self.say(f"   expected:   {d.expected or MISSING}")
 
-    def on_batch_started(self, d: dict[str, Any]) -> None:
-        rounds = ", ".join(str(r) for r in d.get("rounds", []))
-        self.say(f"\n═══ step {d.get('batch')}: rounds {rounds} run at once ═══", "bold")
+    def on_batch_started(self, d: ev.BatchStarted) -> None:
+        rounds = ", ".join(str(r) for r in d.rounds)
+        self.say(f"\n═══ step {d.batch}: rounds {rounds} run at once ═══", "bold")
 
-    def on_batch_finished(self, d: dict[str, Any]) -> None:
-        ended = ", ".join(
-            f"round {r} {s}"
-            for r, s in zip(d.get("rounds", []), d.get("statuses", []), strict=False)
-        )
-        self.say(f"═══ step {d.get('batch')} done: {ended}", "bold")
+    def on_batch_finished(self, d: ev.BatchFinished) -> None:
+        ended = ", ".join(f"round {r} {s}" for r, s in zip(d.rounds, d.statuses, strict=False))
+        self.say(f"═══ step {d.batch} done: {ended}", "bold")
 
-    def on_round_started(self, d: dict[str, Any]) -> None:
-        attempt = f" (attempt {d['attempt'] + 1})" if d.get("attempt") else ""
+    def on_round_started(self, d: ev.RoundStarted) -> None:
+        attempt = f" (attempt {d.attempt + 1})" if d.attempt else ""
         where = ""
-        if d.get("backend") not in (None, "local"):
-            where = f" [{d.get('backend')} job {d.get('job_id')}]"
+        if d.backend != "local":
+            where = f" [{d.backend} job {d.job_id}]"
         self.say(
-            f"\n━━ round {d.get('round')}{attempt}{where} ━━ {d.get('hypothesis', '')}",
+            f"\n━━ round {d.round}{attempt}{where} ━━ {d.hypothesis}",
             "bold magenta",
         )
-        self.say(f"$ {d.get('command')}", "dim")
-        if isinstance(d.get("round"), int):
-            self.progress.round_started(d["round"])
+        self.say(f"$ {d.command}", "dim")
+        self.progress.round_started(d.round)
         self.tail.clear()
 
-    def on_round_state(self, d: dict[str, Any]) -> None:
-        self.say(f"round {d.get('round')}: {d.get('state')} ({d.get('detail')})", "dim")
+    def on_round_state(self, d: ev.RoundState) -> None:
+        self.say(f"round {d.round}: {d.state} ({d.detail})", "dim")
 
-    def on_round_readopted(self, d: dict[str, Any]) -> None:
-        if isinstance(d.get("round"), int):
-            self.progress.round_started(d["round"])
-        what = (
-            f"{d.get('backend')} job {d.get('job_id')}"
-            if d.get("job_id")
-            else (f"its running monitor (pid {d.get('pid')})")
-        )
-        self.say(f"round {d.get('round')}: re-adopted {what}", "yellow")
+    def on_round_readopted(self, d: ev.RoundReadopted) -> None:
+        self.progress.round_started(d.round)
+        what = f"{d.backend} job {d.job_id}" if d.job_id else f"its running monitor (pid {d.pid})"
+        self.say(f"round {d.round}: re-adopted {what}", "yellow")
 
-    def on_round_rerun(self, d: dict[str, Any]) -> None:
-        self.say(f"round {d.get('round')}: its monitor was lost; running it again", "yellow")
+    def on_round_rerun(self, d: ev.RoundRerun) -> None:
+        self.say(f"round {d.round}: its monitor was lost; running it again", "yellow")
 
-    def on_output(self, d: dict[str, Any]) -> None:
+    def on_output(self, d: ev.Output) -> None:
         several = len(self.progress.active) > 1
-        mark = f"r{d.get('round')} │ " if several else ""
-        lines = [
-            (mark + clean_line(str(line.get("text", ""))), line.get("stream"))
-            for line in d.get("lines", [])
-        ]
+        mark = f"r{d.round} │ " if several else ""
+        lines = [(mark + clean_line(line.text), line.stream) for line in d.lines]
         if self.full_output:
-            if d.get("skipped"):
-                self.say(f"  … {d['skipped']} lines not shown (all are in the round log)", "dim")
+            if d.skipped:
+                self.say(f"  … {d.skipped} lines not shown (all are in the round log)", "dim")
             for text, stream in lines:
                 self.say("  │ " + text, "red" if stream == "stderr" else None)
         elif self.tty:
             for text, stream in lines:
                 self.tail.append((text, "red" if stream == "stderr" else None))
 
-    def on_metric(self, d: dict[str, Any]) -> None:
-        for name, value, step, _seq in d.get("points", []):
+    def on_metric(self, d: ev.Metric) -> None:
+        for name, value, step, _seq in d.points:
             self.progress.latest[name] = (value, step)
         if self.tty:
             return  # the status line shows them
@@ -368,32 +388,27 @@ class LiveView:
             )
             self.say(f"  ▸ {shown}", "green")
 
-    def on_round_finished(self, d: dict[str, Any]) -> None:
-        self.progress.round_finished(d)
-        name = d.get("metric_name") or "metric"
-        took = ""
-        duration = d.get("duration_sec")
-        if isinstance(duration, int | float):
-            took = f"  {duration:.1f}s"
-        style = {"kept": "bold green", "baseline": "bold", "rejected": "red"}.get(
-            str(d.get("verdict"))
-        )
+    def on_round_finished(self, d: ev.RoundFinished) -> None:
+        self.progress.round_finished(msgspec.structs.asdict(d))
+        name = d.metric_name or "metric"
+        took = f"  {d.duration_sec:.1f}s" if d.duration_sec is not None else ""
+        style = {"kept": "bold green", "baseline": "bold", "rejected": "red"}.get(str(d.verdict))
         self.say(
-            f"round {d.get('round')}: {d.get('status')}  {name} {fmt_value(d.get('metric'))}"
-            f"  → {d.get('verdict') or MISSING}{took}",
+            f"round {d.round}: {d.status}  {name} {fmt_value(d.metric)}"
+            f"  → {d.verdict or MISSING}{took}",
             style,
         )
-        if d.get("verdict_reason"):
-            self.say(f"   {d['verdict_reason']}", "dim")
-        if d.get("error"):
-            self.say(f"   {d['error']}", "red")
+        if d.verdict_reason:
+            self.say(f"   {d.verdict_reason}", "dim")
+        if d.error:
+            self.say(f"   {d.error}", "red")
         if not self.progress.active:
             self.tail.clear()
         if not self.tty:
             self.say(f"   [{self.progress.line()}]", "dim")
 
-    def on_session_finished(self, d: dict[str, Any]) -> None:
-        self.finished = d
+    def on_session_finished(self, d: ev.SessionFinished) -> None:
+        self.finished = msgspec.to_builtins(d)
 
     def policy_name(self, d: dict[str, Any]) -> str:
         return f"{d['policy']} policy" if d.get("policy") else "policy"

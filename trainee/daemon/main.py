@@ -43,6 +43,7 @@ from trainee.daemon.logs import setup_logging
 from trainee.daemon.socket_server import SocketServer, bind_unix_socket, prepare_socket_dir
 from trainee.daemon.web import WebUI
 from trainee.errors import ConfigError
+from trainee.events import DaemonStarted
 from trainee.mcp.http import McpEndpoint
 from trainee.rpc.protocol import Dispatcher
 from trainee.session.bus import EventBus
@@ -259,7 +260,7 @@ async def _serve(config: DaemonConfig) -> int:
         interval = systemd.watchdog_interval()
         if interval:
             tg.start_soon(_watchdog, interval)
-        bus.publish("daemon.started", {"pid": os.getpid(), "http_url": http_url})
+        bus.publish(DaemonStarted(pid=os.getpid(), http_url=http_url))
         log.info("ready: socket %s, http %s", config.socket_path, http_url)
         systemd.ready()
         _write_ready(config.ready_fd, f"READY {http_url}")

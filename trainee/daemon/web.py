@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import msgspec
 from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
@@ -28,13 +27,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 import trainee
+from trainee import events as ev
 from trainee.api import resolve
 from trainee.api.context import CallContext, Services
 from trainee.api.routes import SSE_PATH
 from trainee.daemon.http import query_params
 from trainee.errors import InvalidParams, TraineeError
 from trainee.ids import canonical_session
-from trainee.session.bus import EventBus, Subscription
+from trainee.session.bus import EventBus, Subscription, chunks
 from trainee.spec.wire import Event
 from trainee.store.db import Store
 
@@ -45,7 +45,6 @@ _STREAM_QUERY = {"project_root": {"type": "string"}, "since": {"type": "integer"
 
 HEARTBEAT_SEC = 15.0
 STORE_PAGE = 1000
-BATCH_MAX = 500
 SEND_TIMEOUT_SEC = 60.0
 
 
@@ -58,7 +57,7 @@ def find_webui_dir() -> Path | None:
     return None
 
 
-def encode_events(events: Iterable[Event]) -> bytes:
+def encode_events(events: Iterable[ev.Event | Event]) -> bytes:
     """SSE frames, one per event: ``id: <event id>`` and the event as JSON."""
     out = bytearray()
     for event in events:
@@ -112,9 +111,9 @@ class WebUI:
     def _ctx(self) -> CallContext:
         return CallContext(services=self.services, transport="http")
 
-    def _same_project(self, event: Event, root: str) -> bool:
-        project = event.data.get("project")
-        if not isinstance(project, str):
+    def _same_project(self, event: ev.Event, root: str) -> bool:
+        project = ev.project_of(event)
+        if project is None:
             return False
         if project == root:
             return True
@@ -198,12 +197,11 @@ class WebUI:
                                 yield encode_events(page)
                                 cursor = page[-1].id
                     mine = [e for e in backlog if self._same_project(e, root)]
-                    for start in range(0, len(mine), BATCH_MAX):
-                        part = mine[start : start + BATCH_MAX]
+                    for part in chunks(mine):
                         yield encode_events(part)
                         cursor = part[-1].id
                 first = False
-                async for batch in _batches(sub):
+                async for batch in sub.batches():
                     mine = [e for e in batch if self._same_project(e, root)]
                     if mine:
                         yield encode_events(mine)
@@ -224,21 +222,6 @@ async def _stored_page(store: Store, session: str, cursor: int, below: int) -> l
         log.exception("reading stored events of %s failed", session)
         return []
     return [e for e in page if e.id < below]
-
-
-async def _batches(sub: Subscription) -> AsyncIterator[list[Event]]:
-    """Live events in batches: wait for one, then take what is already queued."""
-    while True:
-        try:
-            batch = [await sub.receive()]
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            return
-        while len(batch) < BATCH_MAX:
-            try:
-                batch.append(sub.receive_nowait())
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                break
-        yield batch
 
 
 class _NoCache:

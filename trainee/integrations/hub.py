@@ -23,6 +23,7 @@ from urllib.parse import quote, urlsplit
 import anyio
 import anyio.from_thread
 
+from trainee import events as ev
 from trainee.errors import TraineeError
 from trainee.integrations.config import Plan, missing_extra, plan_of, secrets_of
 from trainee.integrations.notify import (
@@ -41,7 +42,6 @@ from trainee.launch.layout import SessionLayout
 from trainee.llm.settings import load_notify, redact
 from trainee.spec import ProjectSpec, load_project
 from trainee.spec.files import NotifySpec
-from trainee.spec.wire import Event
 from trainee.states import ROUND_FINISHED, RoundStatus
 from trainee.store.db import Store
 from trainee.store.records import RoundRecord, SessionRecord
@@ -50,14 +50,17 @@ __all__ = ["DRAIN_SEC", "SUBSCRIBED_KINDS", "TICK_SEC", "SessionIntegrations"]
 
 log = logging.getLogger("trainee.integrations")
 
-SUBSCRIBED_KINDS = (
-    "session.started",
-    "session.finished",
-    "round.started",
-    "round.readopted",
-    "round.finished",
-    "activity",
-    "decision",
+SUBSCRIBED_KINDS = tuple(
+    ev.kind_of(t)
+    for t in (
+        ev.SessionStartedEvent,
+        ev.SessionFinishedEvent,
+        ev.RoundStartedEvent,
+        ev.RoundReadoptedEvent,
+        ev.RoundFinishedEvent,
+        ev.ActivityEvent,
+        ev.DecisionEvent,
+    )
 )
 TICK_SEC = 1.0
 """How often stalled rounds and the time budget are looked at."""
@@ -72,14 +75,12 @@ class EventSource(Protocol):
 
     dropped: bool
 
-    async def receive(self) -> Event: ...
-
-    def receive_nowait(self) -> Event: ...
+    async def next_batch(self, *, timeout: float | None = None) -> list[ev.Event] | None: ...
 
     def close(self) -> None: ...
 
 
-Subscribe = Callable[[int | None], tuple[EventSource, list[Event], bool]]
+Subscribe = Callable[[int | None], tuple[EventSource, list[ev.Event], bool]]
 """``subscribe(since)`` -> (subscription, backlog after ``since``, gap)."""
 
 
@@ -273,60 +274,47 @@ class SessionIntegrations:
             for event in pending:
                 if await self._on(event):
                     return
-            pending = []
-            received: Event | None = None
-            ended = False
-            with anyio.move_on_after(TICK_SEC):
-                try:
-                    received = await self._source.receive()
-                except anyio.EndOfStream:
-                    ended = True
-            if ended:
+            batch = await self._source.next_batch(timeout=TICK_SEC)
+            if batch is None:
                 if not self._source.dropped:
                     return
                 # fell behind the bus: subscribe again from the last event seen
                 self._source.close()
                 self._source, pending, _ = self._subscribe(self._last_id)
                 continue
-            if received is not None:
-                pending = [received]
+            pending = batch
             if time.monotonic() - last_tick < TICK_SEC:
                 continue
             last_tick = time.monotonic()
             await self._tick()
-            if self._ended.is_set() and received is None:
+            if self._ended.is_set() and not batch:
                 # the runner ended without a session.finished: take what is queued, stop
-                while True:
-                    try:
-                        pending.append(self._source.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                        break
+                while rest := await self._source.next_batch(timeout=0):
+                    pending.extend(rest)
                 for event in pending:
                     if await self._on(event):
                         return
                 return
 
-    async def _on(self, event: Event) -> bool:
+    async def _on(self, event: ev.Event) -> bool:
         """Handle one event; True once the session has finished."""
         self._last_id = event.id
         data = event.data
-        kind = event.kind
-        index = data.get("round")
-        if kind in ("round.started", "round.readopted") and isinstance(index, int):
-            self._running[index] = time.time()
-            self._stalled.discard(index)
-        elif kind == "activity" and isinstance(index, int) and index in self._running:
-            at = data.get("last_activity_at")
-            if isinstance(at, int | float) and math.isfinite(at):
-                self._running[index] = max(self._running[index], float(at))
-                self._stalled.discard(index)
-        elif kind == "round.finished" and isinstance(index, int):
-            self._running.pop(index, None)
-            self._stalled.discard(index)
-            await self._round_finished(index)
-        elif kind == "decision":
+        if isinstance(data, ev.RoundStarted | ev.RoundReadopted):
+            self._running[data.round] = time.time()
+            self._stalled.discard(data.round)
+        elif isinstance(data, ev.Activity) and data.round in self._running:
+            at = data.last_activity_at
+            if at is not None and math.isfinite(at):
+                self._running[data.round] = max(self._running[data.round], float(at))
+                self._stalled.discard(data.round)
+        elif isinstance(data, ev.RoundFinished):
+            self._running.pop(data.round, None)
+            self._stalled.discard(data.round)
+            await self._round_finished(data.round)
+        elif isinstance(data, ev.Decision):
             self._check_budgets(await self.store.get_session(self.record.index))
-        elif kind == "session.finished":
+        elif isinstance(data, ev.SessionFinished):
             await self._session_finished(data)
             return True
         return False
@@ -354,20 +342,20 @@ class SessionIntegrations:
             self._notify(failed)
         self._check_budgets(await self.store.get_session(self.record.index))
 
-    async def _session_finished(self, data: dict[str, Any]) -> None:
+    async def _session_finished(self, data: ev.SessionFinished) -> None:
         assert self.info is not None
         rec = await self.store.get_session(self.record.index)
         rounds = await self.store.list_rounds(rec.index)
-        best = data.get("best_params")
+        best = data.best_params
         end = SessionEnd(
             info=self.info,
             status=rec.status,
             stop_reason=rec.stop_reason,
             error=rec.error,
             best_round=rec.best_round,
-            best_metric=_number(data.get("best_metric")),
+            best_metric=_number(data.best_metric),
             best_params=best if isinstance(best, dict) else None,
-            baseline_metric=_number(data.get("baseline_metric")),
+            baseline_metric=_number(data.baseline_metric),
             rounds=len(
                 [
                     r

@@ -40,8 +40,9 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Res
 from mcp.shared.exceptions import MCPError
 
 import trainee
+from trainee import events as ev
 from trainee.errors import InvalidParams, TraineeError
-from trainee.mcp.backend import Backend
+from trainee.mcp.backend import GAP, Backend
 
 __all__ = [
     "LOG_TEMPLATE",
@@ -58,7 +59,9 @@ log = logging.getLogger("trainee.mcp")
 SCHEME = "trainee://"
 REPORT_TEMPLATE = "trainee://{+project_root}/sessions/{session}/report"
 LOG_TEMPLATE = "trainee://{+project_root}/sessions/{session}/rounds/{round}/log"
-WATCHED = ("round.started", "round.finished", "session.finished")
+WATCHED_TYPES = (ev.RoundStartedEvent, ev.RoundFinishedEvent, ev.SessionFinishedEvent)
+"""The events that change a resource (:meth:`ResourceRef.concerns`)."""
+WATCHED = tuple(ev.kind_of(t) for t in WATCHED_TYPES)
 LOG_READ_BYTES = 1 << 20
 """A log resource is the last MiB of the log; ``logs_tail`` reads any part."""
 
@@ -87,28 +90,29 @@ class ResourceRef:
     session: str
     round: int | None = None
 
-    def concerns(self, event: dict[str, Any]) -> bool:
-        """Whether ``event`` may have changed this resource."""
-        kind = event.get("kind")
-        if kind == "gap":
+    def concerns(self, event: ev.Event | None) -> bool:
+        """Whether ``event`` (None: the watch was cut off, events were lost) may have
+        changed this resource."""
+        if event is None:
             return True
         if not self.of_project(event):
             return False
-        if kind == "session.finished":
+        if isinstance(event, ev.SessionFinishedEvent):
             return True
         if self.round is None:
-            return kind == "round.finished"
+            return isinstance(event, ev.RoundFinishedEvent)
         return (
-            kind in ("round.started", "round.finished") and event["data"].get("round") == self.round
+            isinstance(event, ev.RoundStartedEvent | ev.RoundFinishedEvent)
+            and event.data.round == self.round
         )
 
-    def ends_with(self, event: dict[str, Any]) -> bool:
+    def ends_with(self, event: ev.Event | None) -> bool:
         """Whether nothing changes this resource after ``event``."""
-        return event.get("kind") == "session.finished" and self.of_project(event)
+        return isinstance(event, ev.SessionFinishedEvent) and self.of_project(event)
 
-    def of_project(self, event: dict[str, Any]) -> bool:
-        project = (event.get("data") or {}).get("project")
-        return isinstance(project, str) and (
+    def of_project(self, event: ev.Event) -> bool:
+        project = ev.project_of(event)
+        return project is not None and (
             project == self.project_root
             or os.path.realpath(project) == os.path.realpath(self.project_root)
         )
@@ -399,7 +403,10 @@ class TraineeMcp:
                         if not started:
                             task_status.started()
                             started = True
-                        async for event in events:
+                        async for raw in events:
+                            event = _typed(raw)
+                            if event is _UNREADABLE:
+                                continue
                             if ref.concerns(event):
                                 await send(ref.uri)
                             if ref.ends_with(event):
@@ -423,6 +430,21 @@ class TraineeMcp:
             return await self.backend.call(method, params)
         except TraineeError as exc:
             raise _mcp_error(exc) from None
+
+
+_UNREADABLE = ev.NoteEvent(id=0, ts=0.0, kind="note.unreadable")
+
+
+def _typed(raw: dict[str, Any]) -> ev.Event | None:
+    """A watched event as its Struct; None for the end of a watch the daemon cut off
+    (GAP), _UNREADABLE (logged) for one that is not an event of this version."""
+    if raw.get("kind") == GAP["kind"]:
+        return None
+    try:
+        return ev.decode_event(raw)
+    except ev.InvalidEvent as exc:
+        log.warning("an event of the watch is not readable: %s", exc)
+        return _UNREADABLE
 
 
 def _parse(uri: str) -> ResourceRef:

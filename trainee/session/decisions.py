@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from trainee import events as ev
 from trainee.policies.base import Proposal
 from trainee.store.records import DecisionRecord
 
@@ -39,40 +40,38 @@ def decision_record(session: int, index: int, p: Proposal, *, accepted: bool) ->
     )
 
 
-def decision_event(index: int, p: Proposal, diff: dict[str, Any]) -> dict[str, Any]:
-    """The data of the ``decision`` event announcing ``p`` for round ``index``."""
-    return {
-        "source": p.source,
-        "notes": p.notes,
-        "round": index,
-        "policy": p.policy,
-        "provider": p.provider,
-        "model": p.model,
-        "hypothesis": p.plan.hypothesis,
-        "change_summary": p.plan.change_summary,
-        "params": p.plan.params,
-        "diff": diff,
-        "expected": p.plan.expected,
-        "stop": p.plan.stop,
-        "stop_reason": p.plan.stop_reason,
-        "repaired": p.repaired,
-        "response_format": p.response_format,
-        "attempts": len(p.attempts),
-        "failed_attempts": [
-            _attempt_view(a)
-            for a in p.attempts
-            if not a.get("ok") and a.get("kind") != "refused_format"
+def decision_event(index: int, p: Proposal, diff: dict[str, Any]) -> ev.Decision:
+    """The ``decision`` event announcing ``p`` for round ``index``."""
+    return ev.Decision(
+        source=p.source,
+        notes=p.notes,
+        round=index,
+        policy=p.policy,
+        provider=p.provider,
+        model=p.model,
+        hypothesis=p.plan.hypothesis,
+        change_summary=p.plan.change_summary,
+        params=p.plan.params,
+        diff=diff,
+        expected=p.plan.expected,
+        stop=p.plan.stop,
+        stop_reason=p.plan.stop_reason,
+        repaired=p.repaired,
+        response_format=p.response_format,
+        attempts=len(p.attempts),
+        failed_attempts=[
+            _failed(a) for a in p.attempts if not a.get("ok") and a.get("kind") != "refused_format"
         ],
-    }
+    )
 
 
-def _attempt_view(attempt: dict[str, Any]) -> dict[str, Any]:
+def _failed(attempt: dict[str, Any]) -> ev.FailedAttempt:
     """What a ``decision`` event shows of a failed provider attempt."""
-    return {
-        "provider": attempt.get("provider"),
-        "model": attempt.get("model"),
-        "url": attempt.get("url"),
-        "kind": attempt.get("kind"),
-        "status": attempt.get("status"),
-        "error": attempt.get("error"),
-    }
+    return ev.FailedAttempt(
+        provider=attempt.get("provider"),
+        model=attempt.get("model"),
+        url=attempt.get("url"),
+        kind=attempt.get("kind"),
+        status=attempt.get("status"),
+        error=attempt.get("error"),
+    )

@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from trainee import events as ev
 from trainee.errors import LaunchError, TraineeError
 from trainee.jobfiles import find_job_files
 from trainee.launch import gpus
@@ -53,7 +54,7 @@ __all__ = ["MAX_ATTEMPTS", "RoundContext", "RoundRun"]
 
 log = logging.getLogger("trainee.session")
 
-OUTPUT_LINES_PER_EVENT = 200
+OUTPUT_LINES_PER_EVENT = ev.OUTPUT_LINES_PER_EVENT
 FAILURE_TAIL_LINES = 50
 OFFSET_SAVE_INTERVAL = 1.0
 MAX_ATTEMPTS = 3
@@ -81,7 +82,7 @@ class RoundContext:
 
     store: Store
     backend: Backend
-    emit: Callable[[str, dict[str, Any]], None]
+    emit: Callable[[ev.RoundData], None]
     session: int
     session_id: str
     layout: ProjectLayout
@@ -271,19 +272,18 @@ class RoundRun:
         crash_point("launch.after_record")
         rec = self.rec
         ctx.emit(
-            "round.started",
-            {
-                "round": rec.index,
-                "params": rec.params,
-                "diff": rec.diff,
-                "hypothesis": rec.hypothesis,
-                "command": rendered.display,
-                "attempt": rec.attempt,
-                "backend": ref.backend,
-                "job_id": ref.job_id,
-                "batch": rec.batch,
-                "gpus": list(self._slot) if self._slot is not None else None,
-            },
+            ev.RoundStarted(
+                round=rec.index,
+                params=rec.params,
+                diff=rec.diff,
+                hypothesis=rec.hypothesis,
+                command=rendered.display,
+                attempt=rec.attempt,
+                backend=ref.backend,
+                job_id=ref.job_id,
+                batch=rec.batch,
+                gpus=list(self._slot) if self._slot is not None else None,
+            )
         )
         return ref, job
 
@@ -307,8 +307,7 @@ class RoundRun:
         def waiting(detail: str) -> None:
             self._log(logging.INFO, detail)
             self.ctx.emit(
-                "round.state",
-                {"round": self.rec.index, "state": str(JobState.QUEUED), "detail": detail},
+                ev.RoundState(round=self.rec.index, state=str(JobState.QUEUED), detail=detail)
             )
 
         per_gpu = self.spec.launch.rounds_per_gpu
@@ -354,7 +353,7 @@ class RoundRun:
     async def _mark_rerun(self, why: str, *, level: int = logging.INFO) -> None:
         """The round's attempt is lost (no exit record): run it again, same params."""
         self._log(level, f"{why}; re-running it")
-        self.ctx.emit("round.rerun", {"round": self.rec.index, "attempt": self.rec.attempt + 1})
+        self.ctx.emit(ev.RoundRerun(round=self.rec.index, attempt=self.rec.attempt + 1))
         self.rec = await self.ctx.store.update_round(
             self.ctx.session,
             self.rec.index,
@@ -428,8 +427,9 @@ class RoundRun:
         name = f"{ref.backend} job {ref.job_id}" if ref.job_id else f"its monitor (pid {ref.pid})"
         self._log(logging.INFO, f"re-adopting {name}")
         self.ctx.emit(
-            "round.readopted",
-            {"round": self.rec.index, "pid": ref.pid, "job_id": ref.job_id, "backend": ref.backend},
+            ev.RoundReadopted(
+                round=self.rec.index, pid=ref.pid, job_id=ref.job_id, backend=ref.backend
+            )
         )
         return await self._watch(rnd, ref, job, readopted=True)
 
@@ -533,21 +533,20 @@ class RoundRun:
         )
         best = await ctx.on_finished(judged)
         ctx.emit(
-            "round.finished",
-            {
-                "round": rec.index,
-                "status": status,
-                "metric": primary,
-                "metric_name": metrics.primary,
-                "finals": finals,
-                "verdict": judged.verdict,
-                "verdict_reason": judged.verdict_reason,
-                "duration_sec": exit_info.duration_sec,
-                "returncode": exit_info.returncode,
-                "error": exit_info.error if status != RoundStatus.COMPLETED else None,
-                "batch": rec.batch,
-                "best_round": best,
-            },
+            ev.RoundFinished(
+                round=rec.index,
+                status=status,
+                metric=primary,
+                metric_name=metrics.primary,
+                finals=finals,
+                verdict=judged.verdict,
+                verdict_reason=judged.verdict_reason,
+                duration_sec=exit_info.duration_sec,
+                returncode=exit_info.returncode,
+                error=exit_info.error if status != RoundStatus.COMPLETED else None,
+                batch=rec.batch,
+                best_round=best,
+            )
         )
         return judged
 
@@ -672,13 +671,13 @@ class _Watch:
             self.tail_finished.set()
 
     async def _on_batch(self, lines: list[Line]) -> None:
-        out_lines: list[dict[str, Any]] = []
+        out_lines: list[ev.OutputLine] = []
         by_file: dict[str, list[str]] = {}
         for line in lines:
             if line.path == self.round_log:
                 by_file.setdefault("", []).append(line.text)
                 if line.raw_offset >= self.shown_until:
-                    out_lines.append({"stream": line.stream, "text": line.text})
+                    out_lines.append(ev.OutputLine(stream=line.stream, text=line.text))
                 self.tail_lines.append(line.text)
             else:
                 by_file.setdefault(line.path, []).append(line.text)
@@ -695,12 +694,11 @@ class _Watch:
         if out_lines:
             skipped = max(0, len(out_lines) - OUTPUT_LINES_PER_EVENT)
             self.ctx.emit(
-                "output",
-                {
-                    "round": self.rec.index,
-                    "lines": out_lines[-OUTPUT_LINES_PER_EVENT:],
-                    "skipped": skipped,
-                },
+                ev.Output(
+                    round=self.rec.index,
+                    lines=out_lines[-OUTPUT_LINES_PER_EVENT:],
+                    skipped=skipped,
+                )
             )
         await self._add_points(points)
         now = time.time()
@@ -715,10 +713,10 @@ class _Watch:
         if points:
             rows = _rows(points)
             await self.ctx.store.add_points(self.ctx.session, self.rec.index, rows)
-            self.ctx.emit("metric", {"round": self.rec.index, "points": rows[-500:]})
+            self.ctx.emit(ev.Metric(round=self.rec.index, points=rows[-500:]))
 
     def _emit_activity(self) -> None:
-        self.ctx.emit("activity", {"round": self.rec.index, "last_activity_at": self.last_activity})
+        self.ctx.emit(ev.Activity(round=self.rec.index, last_activity_at=self.last_activity))
 
     async def _pass_on_stop(self) -> None:
         await self.ctx.stop_requested.wait()
@@ -738,9 +736,7 @@ class _Watch:
                 await anyio.sleep(2.0 * (attempt + 1))
 
     async def _on_state(self, state: JobState, detail: str) -> None:
-        self.ctx.emit(
-            "round.state", {"round": self.rec.index, "state": str(state), "detail": detail}
-        )
+        self.ctx.emit(ev.RoundState(round=self.rec.index, state=str(state), detail=detail))
 
     async def _watch_signals(self) -> None:
         """Passive: log-file mtimes and heartbeat files only update the activity time."""

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from trainee import events as ev
 from trainee.errors import InvalidDecision, ProviderError, TraineeError
 from trainee.launch.backends import Backend, make_backend
 from trainee.launch.layout import ProjectLayout, SessionLayout
@@ -49,7 +50,6 @@ from trainee.session.inputs import (
 from trainee.session.pruning import EarlyEnd
 from trainee.session.round import RoundContext, RoundRun
 from trainee.spec import ProjectSpec, SecurityMode, load_project
-from trainee.spec.wire import Event
 from trainee.states import (
     ROUND_FINISHED,
     SESSION_STATUS_OF_STOP,
@@ -124,7 +124,7 @@ class SessionRunner:
         self.session_layout: SessionLayout = layout.session(record.index)
         self.spec: ProjectSpec | None = None
         self.state: ResearchState | None = None
-        self._unsaved: list[Event] = []
+        self._unsaved: list[ev.Event] = []
         self.policy: Policy | None = None
         self.backend: Backend | None = None
         self._outputs_lock = anyio.Lock()
@@ -140,10 +140,10 @@ class SessionRunner:
 
     # -- events ----------------------------------------------------------------
 
-    def emit(self, kind: str, data: dict[str, Any] | None = None) -> None:
+    def emit(self, data: ev.SessionData) -> None:
         """Publish to live subscribers now; the store gets it with the next flush."""
-        payload = {"project": str(self.layout.project_root), **(data or {})}
-        self._unsaved.append(self.bus.publish(kind, payload, session=self.record.id))
+        data.project = str(self.layout.project_root)
+        self._unsaved.append(self.bus.publish(data, session=self.record.id))
 
     async def _flush_events(self) -> None:
         if self._unsaved:
@@ -227,8 +227,7 @@ class SessionRunner:
         self._baseline_params = {t.name: t.baseline for t in spec.tunables}
         if not self.record.baseline_round:
             self.emit(
-                "session.started",
-                {"max_rounds": self.record.max_rounds, "policy": self.record.policy},
+                ev.SessionStarted(max_rounds=self.record.max_rounds, policy=self.record.policy)
             )
         return spec, policy, rounds
 
@@ -298,7 +297,8 @@ class SessionRunner:
         for i, (p, params) in enumerate(plans):
             assert p is not None
             event = decision_event(index + i, p, params_diff(self._baseline_params, params))
-            self.emit("decision", {**event, "batch": step, "batch_size": len(plans)})
+            event.batch, event.batch_size = step, len(plans)
+            self.emit(event)
         return plans
 
     async def _run_step(
@@ -310,7 +310,7 @@ class SessionRunner:
             for i, (p, params) in enumerate(plans)
         ]
         if len(recs) > 1:
-            self.emit("batch.started", {"batch": step, "rounds": [r.index for r in recs]})
+            self.emit(ev.BatchStarted(batch=step, rounds=[r.index for r in recs]))
         summaries = await self._run_batch(
             [RoundRun(self._round_context(), spec, r).run for r in recs]
         )
@@ -318,12 +318,11 @@ class SessionRunner:
             self._observe(policy, summary)
         if len(recs) > 1:
             self.emit(
-                "batch.finished",
-                {
-                    "batch": step,
-                    "rounds": [s.index for s in summaries],
-                    "statuses": [s.status for s in summaries],
-                },
+                ev.BatchFinished(
+                    batch=step,
+                    rounds=[s.index for s in summaries],
+                    statuses=[RoundStatus(s.status) for s in summaries],
+                )
             )
         return summaries
 
@@ -466,8 +465,7 @@ class SessionRunner:
         assert self.state is not None
         proposals: list[Proposal] | None = None
         self.emit(
-            "decision.started",
-            {"round": index, "policy": self.record.policy, "slots": slots, "at": time.time()},
+            ev.DecisionStarted(round=index, policy=self.record.policy, slots=slots, at=time.time())
         )
         with anyio.CancelScope() as scope:
             self.control.decision_scope = scope
@@ -494,7 +492,7 @@ class SessionRunner:
         stop = next((p for p in proposals if p.plan.stop), None)
         if stop is not None:
             await self._record_decision(index, stop)
-            self.emit("decision", decision_event(index, stop, {}))
+            self.emit(decision_event(index, stop, {}))
             return [stop]
         for i, p in enumerate(proposals):
             await self._record_decision(index + i, p)
@@ -618,21 +616,20 @@ class SessionRunner:
 
             state = self.state
             self.emit(
-                "session.finished",
-                {
-                    "status": status,
-                    "stop_reason": stop_reason,
-                    "error": error,
-                    "stop_detail": self._stop_detail,
-                    "policy": self.record.policy,
-                    "best_round": state.best.index if state and state.best else None,
-                    "best_metric": state.best.metric if state and state.best else None,
-                    "best_params": state.best.params if state and state.best else None,
-                    "baseline_metric": state.baseline.metric if state and state.baseline else None,
-                    "metric_name": state.primary_metric if state else None,
-                    "report": str(self.session_layout.report),
-                    "log_tail": self._failure_tail,
-                },
+                ev.SessionFinished(
+                    status=status,
+                    stop_reason=stop_reason,
+                    error=error,
+                    stop_detail=self._stop_detail,
+                    policy=self.record.policy,
+                    best_round=state.best.index if state and state.best else None,
+                    best_metric=state.best.metric if state and state.best else None,
+                    best_params=state.best.params if state and state.best else None,
+                    baseline_metric=state.baseline.metric if state and state.baseline else None,
+                    metric_name=state.primary_metric if state else None,
+                    report=str(self.session_layout.report),
+                    log_tail=self._failure_tail,
+                )
             )
         return self.record
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
+from trainee.events import NOTE_PATTERN
 from trainee.ids import ROUND_PATTERN, SESSION_PATTERN
 
 NonNegInt = Annotated[int, Meta(ge=0)]
@@ -46,10 +47,12 @@ class Wire(msgspec.Struct, kw_only=True, omit_defaults=False):
 
 
 class Event(Wire):
-    """One entry of the event stream.
+    """One entry of the event stream, whatever its kind (as the store keeps it).
 
     ``id`` increases monotonically across the daemon's life (and so within each
-    session); it is the cursor of ``events_watch`` and the SSE ``id:``.
+    session); it is the cursor of ``events_watch`` and the SSE ``id:``. The shape of
+    ``data`` for each ``kind`` is the kind's Struct in :mod:`trainee.events`, served by
+    ``events_schema``.
     """
 
     id: int
@@ -137,10 +140,20 @@ class EventsListResult(Wire):
     gap: bool = False
 
 
+class EventsSchemaResult(Wire):
+    """The event stream's types (:mod:`trainee.events`)."""
+
+    kinds: list[str]
+    """Every kind the daemon produces (notes, ``note`` and ``note.*``, aside)."""
+    schema: dict[str, Any]
+    """The JSON schema of one event: a union tagged by ``kind`` (its
+    ``discriminator.mapping`` names each kind's definition) plus notes."""
+
+
 class EventsPublishParams(Wire):
     """An annotation from an outside tool, appended to the event stream."""
 
-    kind: Annotated[str, Meta(pattern=r"^note(\.[a-z0-9_]+)*$")] = "note"
+    kind: Annotated[str, Meta(pattern=NOTE_PATTERN)] = "note"
     session: SessionRef | None = None
     data: dict[str, Any] = msgspec.field(default_factory=dict)
 

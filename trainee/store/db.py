@@ -26,6 +26,7 @@ import aiosqlite
 import anyio
 import msgspec
 
+from trainee import events as ev
 from trainee.errors import InvalidState, NotFound
 from trainee.spec.wire import Event
 from trainee.states import check_round_transition, check_session_transition
@@ -508,7 +509,7 @@ class Store:
 
     # -- events ------------------------------------------------------------------
 
-    async def append_events(self, events: Sequence[Event]) -> None:
+    async def append_events(self, events: Sequence[ev.Event | Event]) -> None:
         """Append events whose ids (given by the bus) increase past every stored id."""
         if not events:
             return

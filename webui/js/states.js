@@ -1,21 +1,24 @@
 // Statuses and stop reasons as the daemon publishes them (``daemon_hello``'s ``states``,
-// from trainee/states.py), and the decision policies with whether they need a provider.
+// from trainee/states.py), the event kinds (``events_schema``, from trainee/events.py)
+// and the decision policies with whether they need a provider.
 // The only module of the page that spells a status out: the others ask it.
-// (tests/unit/test_webui_status_literals.py keeps it that way.)
+// (tests/unit/test_webui_status_literals.py keeps it that way; an event kind is
+// ``Kind.ROUND_STARTED``, never a string: tests/unit/test_webui_event_kinds.py.)
 
 import { call } from "./api.js";
 
 let published = null;
 let policies = {};
 
-/** Named values of a published list: ``Round.RUNNING`` is "running"; a name the daemon
- * does not publish is a programming error, thrown at once (not a silent undefined). */
-function named(values) {
-  const table = Object.fromEntries(values.map((v) => [v.toUpperCase(), v]));
+/** Named values of a published list: ``Round.RUNNING`` is "running", ``Kind.ROUND_STARTED``
+ * is "round.started"; a name the daemon does not publish is a programming error, thrown at
+ * once (not a silent undefined). */
+function named(values, what = "status") {
+  const table = Object.fromEntries(values.map((v) => [v.toUpperCase().replaceAll(".", "_"), v]));
   return new Proxy(table, {
     get(target, key) {
       if (typeof key !== "string" || key in target || !published) return target[key];
-      throw new Error(`the daemon publishes no status ${key.toLowerCase()}`);
+      throw new Error(`the daemon publishes no ${what} ${key.toLowerCase()}`);
     },
   });
 }
@@ -23,11 +26,14 @@ function named(values) {
 export let Round = named([]);
 export let Session = named([]);
 export let Stop = named([]);
+/** The event kinds: the discriminator of the event schema the daemon serves. */
+export let Kind = named([]);
 
 /** Fetch the published states once, before any view renders. */
 export async function loadStates() {
-  const hello = await call("daemon_hello");
+  const [hello, events] = await Promise.all([call("daemon_hello"), call("events_schema")]);
   published = hello.states;
+  Kind = named(Object.keys(events.schema.discriminator.mapping), "event kind");
   policies = hello.policies || {};
   Round = named(published.round_statuses);
   Session = named(published.session_statuses);

@@ -12,7 +12,7 @@ import { errorBox } from "./common.js";
 import { openReport } from "./report.js";
 import { AnalysisPanel } from "./analysis.js";
 import { openRound } from "./round.js";
-import { Round, Session, roundActive, sessionActive, sessionEnded } from "../states.js";
+import { Kind, Round, Session, roundActive, sessionActive, sessionEnded } from "../states.js";
 
 const LIVE_TAIL_LINES = 500;
 const CURVE_MS = 500;
@@ -163,7 +163,7 @@ export class SessionView {
       this.live.loading = false;
     }
     // output already queued for this round was written before the tail was read
-    for (const e of queued) if (e.kind === "output" && e.data.round === index) e.seen = true;
+    for (const e of queued) if (e.kind === Kind.OUTPUT && e.data.round === index) e.seen = true;
     this.dirty.add("curve");
   }
 
@@ -184,17 +184,17 @@ export class SessionView {
     const d = e.data || {};
     const round = d.round ? this.rounds.get(d.round) : null;
     switch (e.kind) {
-      case "session.started":
+      case Kind.SESSION_STARTED:
         if (this.session) this.session.status = Session.RUNNING;
         this.running = true;
         this.dirty.add("head");
         break;
-      case "decision":
+      case Kind.DECISION:
         this.decision = d;
         this.dirty.add("live");
         this.reloadSoon(); // tokens and cost live in the session record
         break;
-      case "round.started":
+      case Kind.ROUND_STARTED:
         this.rounds.set(d.round, {
           ...(round || {}),
           index: d.round,
@@ -223,27 +223,27 @@ export class SessionView {
         this.running = true;
         ["head", "live", "table", "chart", "curve"].forEach((k) => this.dirty.add(k));
         break;
-      case "output":
+      case Kind.OUTPUT:
         if (d.round === this.live.round && !this.live.loading && !e.seen) {
           this.log.append(d.lines || [], d.skipped || 0);
           this.live.lastOutput = e.ts;
         }
         break;
-      case "metric":
+      case Kind.METRIC:
         if (d.round === this.live.round) {
           for (const p of d.points || []) this.addPoint(p);
           this.dirty.add("curve");
         }
         break;
-      case "activity":
+      case Kind.ACTIVITY:
         if (round) round.last_activity_at = d.last_activity_at;
         break;
-      case "round.state":
+      case Kind.ROUND_STATE:
         // a cluster job's state: queued (with the engine's reason), running, ...
         if (round) round.engine_state = d.detail || d.state;
         this.dirty.add("live");
         break;
-      case "round.finished":
+      case Kind.ROUND_FINISHED:
         this.rounds.set(d.round, {
           ...(round || { index: d.round }),
           status: d.status,
@@ -263,11 +263,11 @@ export class SessionView {
         ["head", "live", "table", "chart"].forEach((k) => this.dirty.add(k));
         this.analysis.refreshSoon();
         break;
-      case "round.readopted":
-      case "round.rerun":
+      case Kind.ROUND_READOPTED:
+      case Kind.ROUND_RERUN:
         this.reloadSoon();
         break;
-      case "session.finished":
+      case Kind.SESSION_FINISHED:
         if (this.session) {
           this.session.status = d.status;
           this.session.stop_reason = d.stop_reason;
