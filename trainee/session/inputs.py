@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from trainee.policies.base import Policy
 from trainee.research.prune import pruned_reason
+from trainee.research.screen import told_status
 from trainee.research.state import (
     DecisionBudget,
     NoiseFloor,
@@ -49,8 +50,9 @@ class Budgets:
     max_usd: float | None = None
 
 
-def round_summary(r: RoundRecord) -> RoundSummary:
-    """A stored round as the research state records it (its verdict is judged again)."""
+def round_summary(r: RoundRecord, rungs: int = 0) -> RoundSummary:
+    """A stored round as the research state records it (its verdict is judged again);
+    ``rungs``: how many ``run.screen`` has."""
     return RoundSummary(
         index=r.index,
         status=r.status,
@@ -65,6 +67,9 @@ def round_summary(r: RoundRecord) -> RoundSummary:
         duration_sec=(r.ended_at - r.started_at) if r.ended_at and r.started_at else None,
         failure_tail=r.failure_tail,
         error=pruned_reason(r.warnings) if r.status == RoundStatus.PRUNED else "",
+        rung=r.rung if rungs else 0,
+        rungs=rungs if r.rung else 0,
+        budget=r.budget,
     )
 
 
@@ -78,17 +83,19 @@ def rebuild_state(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> ResearchS
         goal,
         noise=NoiseFloor(seed=noise.seed, margin=noise.margin) if noise is not None else None,
     )
+    rungs = len(spec.run.screen.rungs) if spec.run.screen is not None else 0
     for r in rounds:
         if r.status in ROUND_FINISHED:
-            state, _ = record_round(state, round_summary(r))
+            state, _ = record_round(state, round_summary(r, rungs))
     return state
 
 
-def observe_history(policy: Policy, rounds: Iterable[RoundRecord]) -> None:
-    """Tell ``policy`` the results of the finished rounds after the baseline (resume)."""
+def observe_history(policy: Policy, rounds: Iterable[RoundRecord], rungs: int = 0) -> None:
+    """Tell ``policy`` the results of the finished rounds after the baseline (resume); a
+    round below ``run.screen``'s full budget (``rungs``) as a trial stopped at a rung."""
     for r in rounds:
         if r.status in ROUND_FINISHED and r.index > 1:
-            policy.observe(r.params, r.primary_metric, r.status)
+            policy.observe(r.params, r.primary_metric, told_status(r.status, r.rung, rungs))
 
 
 def counted_rounds(done: Iterable[RoundRecord]) -> int:

@@ -393,6 +393,9 @@ class RoundRun:
                 duration_sec=exit_info.duration_sec,
                 failure_tail=failure_tail,
                 error=(exit_info.error or "") if status == RoundStatus.PRUNED else "",
+                rung=rec.rung,
+                rungs=len(self.spec.run.screen.rungs) if self.spec.run.screen and rec.rung else 0,
+                budget=rec.budget,
             )
         )
         self.rec = await ctx.store.update_round(

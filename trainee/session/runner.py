@@ -47,6 +47,14 @@ from trainee.session.inputs import (
     rebuild_state,
 )
 from trainee.session.round import RoundContext, RoundRun
+from trainee.session.screening import (
+    Screening,
+    round_spec,
+    rung_fields,
+    rungs_of,
+    screen_view,
+    told_status,
+)
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec.wire import Event
 from trainee.states import (
@@ -220,7 +228,7 @@ class SessionRunner:
             spec, self.record, len([r for r in rounds if r.index > 1])
         )
         self.policy = policy
-        observe_history(policy, rounds)
+        observe_history(policy, rounds, rungs_of(spec))
         self._baseline_params = {t.name: t.baseline for t in spec.tunables}
         if not self.record.baseline_round:
             self.emit(
@@ -238,7 +246,10 @@ class SessionRunner:
         if not unfinished:
             return None
         summaries = await self._run_batch(
-            [RoundRun(self._round_context(), spec, r).resume for r in unfinished]
+            [
+                RoundRun(self._round_context(), round_spec(spec, r, self.session_layout), r).resume
+                for r in unfinished
+            ]
         )
         for summary in summaries:
             self._observe(policy, summary)
@@ -265,6 +276,8 @@ class SessionRunner:
             repeats = self._noise_repeats(spec, done, self._baseline_params)
             if repeats:  # run.noise: the baseline's configuration on other seeds first
                 plans = [(None, p) for p in repeats]
+            elif spec.run.screen is not None:  # cheap screening: one free slot at a time
+                return await Screening(self, spec, policy).run()
             else:
                 decided = await self._decided_plans(policy, spec, done, index, step)
                 if isinstance(decided, tuple):
@@ -276,10 +289,18 @@ class SessionRunner:
         )
 
     async def _decided_plans(
-        self, policy: Policy, spec: ProjectSpec, done: list[RoundRecord], index: int, step: int
+        self,
+        policy: Policy,
+        spec: ProjectSpec,
+        done: list[RoundRecord],
+        index: int,
+        step: int,
+        *,
+        slots: int | None = None,
     ) -> Plans | Ended:
-        """The policy's plans for the step (each announced), or why the session ends."""
-        slots = decision_slots(spec, self.record, done)
+        """The policy's plans for the step (each announced), or why the session ends;
+        ``slots`` plans (default: as many as the step runs)."""
+        slots = slots or decision_slots(spec, self.record, done)
         assert self.state is not None
         self.state = msgspec.structs.replace(
             self.state, budget=decision_budget(spec, self.record, done, index)
@@ -303,13 +324,18 @@ class SessionRunner:
     ) -> list[RoundSummary]:
         """The step's rounds recorded, then run at once; their summaries."""
         recs = [
-            await self._create_round(index + i, params, self._baseline_params, p, batch=step)
+            await self._create_round(
+                index + i, params, self._baseline_params, p, batch=step, screen=rung_fields(spec)
+            )
             for i, (p, params) in enumerate(plans)
         ]
         if len(recs) > 1:
             self.emit("batch.started", {"batch": step, "rounds": [r.index for r in recs]})
         summaries = await self._run_batch(
-            [RoundRun(self._round_context(), spec, r).run for r in recs]
+            [
+                RoundRun(self._round_context(), round_spec(spec, r, self.session_layout), r).run
+                for r in recs
+            ]
         )
         for summary in summaries:
             self._observe(policy, summary)
@@ -370,7 +396,9 @@ class SessionRunner:
         p: Proposal | None,
         *,
         batch: int = 0,
+        screen: Mapping[str, Any] | None = None,
     ) -> RoundRecord:
+        """A new round's record, stored; ``screen``: its rung and budget (``run.screen``)."""
         rec = RoundRecord(
             session=self.record.index,
             index=index,
@@ -382,6 +410,7 @@ class SessionRunner:
             expected=p.plan.expected if p else "",
             backend=self.backend.name if self.backend is not None else "local",
             batch=batch,
+            **(screen or {}),
         )
         return await self.store.upsert_round(rec)
 
@@ -555,7 +584,8 @@ class SessionRunner:
 
     def _observe(self, policy: Policy, summary: RoundSummary) -> None:
         if summary.index > 1:
-            policy.observe(summary.params, summary.metric, summary.status)
+            status = told_status(summary.status, summary.rung, summary.rungs)
+            policy.observe(summary.params, summary.metric, status)
 
     # -- outputs ------------------------------------------------------------------------
 
@@ -586,6 +616,7 @@ class SessionRunner:
                     noise=state.noise.describe(metric or "metric")
                     if state and state.noise
                     else None,
+                    screen=screen_view(self.spec),
                 )
 
         await anyio.to_thread.run_sync(write)

@@ -28,6 +28,7 @@ from trainee.spec.wire import SessionAnalysis
 from trainee.states import RoundStatus
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord, to_builtins
 from trainee.store.report_views import analysis_section, analysis_views
+from trainee.store.screen_report import ScreenView, screen_lines
 
 __all__ = [
     "CHART_NAME",
@@ -324,6 +325,7 @@ def render_report(
     decisions: Sequence[DecisionRecord] | None = None,
     noise: str | None = None,
     analysis: SessionAnalysis | None = None,
+    screen: ScreenView | None = None,
 ) -> str:
     """The Markdown session report (links ``report_chart.svg`` when any round has a metric,
     and the analysis SVGs of :mod:`trainee.store.report_views` given ``analysis``)."""
@@ -397,6 +399,8 @@ def render_report(
         lines += analysis_section(analysis)
     lines += _round_table(ordered, metric_name, baseline, best)
     lines += _pruned_lines(ordered)
+    if screen is not None:
+        lines += screen_lines(ordered, screen, metric_name)
     if decisions:
         lines += _decision_table(decisions)
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -714,6 +718,7 @@ def write_report(
     decisions: Sequence[DecisionRecord] | None = None,
     tunables: Sequence[TunableSpec] = (),
     noise: str | None = None,
+    screen: ScreenView | None = None,
 ) -> Path:
     """Write ``report.md`` and, when any round has a metric, ``report_chart.svg`` beside it,
     with the analysis views (importance, parallel coordinates, slices) as SVG files.
@@ -737,6 +742,7 @@ def write_report(
         decisions=decisions,
         analysis=analysis,
         noise=noise,
+        screen=screen,
     )
     svg = render_chart_svg(
         ordered,

@@ -163,7 +163,15 @@ ALTER TABLE rounds ADD COLUMN control_layout INTEGER NOT NULL DEFAULT 1;
 cluster job) starts; and where the round's control files are (1: in its workspace, as
 rounds launched before this version kept them; 2: in ``<data_dir>/control/``)."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+_V5 = """
+ALTER TABLE rounds ADD COLUMN rung INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE rounds ADD COLUMN budget REAL;
+ALTER TABLE rounds ADD COLUMN promoted_from INTEGER;
+"""
+"""Cheap screening (``run.screen``): the rung a round ran at (0: no screening), its
+budget, and the round it was promoted from."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
