@@ -10,6 +10,7 @@ report.
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import tempfile
@@ -93,6 +94,8 @@ def check_ladder(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict
     promoted = [r for r in rounds.values() if r["promoted_from"] is not None]
     assert low and promoted, state["rounds"]
     assert len(low) + len(promoted) == len(rounds) - 1
+    # each new candidate was decided seeing the rounds still running: none repeats one
+    assert len({json.dumps(r["params"], sort_keys=True) for r in low}) == len(low), low
     for r in low:
         assert (r["budget"], epochs_of(r)) == (2, 2), r
         assert r["verdict"] == "neutral" and "screening rung 1 of 2" in r["verdict_reason"], r

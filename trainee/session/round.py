@@ -227,6 +227,9 @@ class RoundRun:
                 "backend": ref.backend,
                 "job_id": ref.job_id,
                 "batch": rec.batch,
+                "rung": rec.rung,
+                "budget": rec.budget,
+                "promoted_from": rec.promoted_from,
             },
         )
         return ref, job

@@ -297,15 +297,20 @@ class SessionRunner:
         step: int,
         *,
         slots: int | None = None,
+        running: list[RoundSummary] | None = None,
     ) -> Plans | Ended:
         """The policy's plans for the step (each announced), or why the session ends;
-        ``slots`` plans (default: as many as the step runs)."""
+        ``slots`` plans (default: as many as the step runs); ``running``: rounds still
+        running, shown to the policy as such (``run.screen`` decides beside them)."""
         slots = slots or decision_slots(spec, self.record, done)
         assert self.state is not None
         self.state = msgspec.structs.replace(
             self.state, budget=decision_budget(spec, self.record, done, index)
         )
-        proposals = await self._decide(policy, spec, index, slots, self._baseline_params)
+        view = self.state
+        if running:
+            view = msgspec.structs.replace(view, rounds=[*view.rounds, *running])
+        proposals = await self._decide(policy, spec, index, slots, self._baseline_params, view)
         if proposals is None or self.control.stop_requested.is_set():
             return self.control.stop_reason, None
         stop = next((p for p in proposals if p.plan.stop), None)
@@ -485,9 +490,10 @@ class SessionRunner:
         index: int,
         slots: int,
         baseline_params: Mapping[str, Any],
+        state: ResearchState | None = None,
     ) -> list[Proposal] | None:
         """The next step's proposals (rounds ``index`` ...), each recorded; None when a stop
-        request dropped the decision."""
+        request dropped the decision. ``state``: what the policy sees (the research state)."""
         assert self.state is not None
         proposals: list[Proposal] | None = None
         self.emit(
@@ -498,7 +504,7 @@ class SessionRunner:
             self.control.decision_scope = scope
             try:
                 proposals = await propose_batch(
-                    policy, self.state, spec.tunables, baseline_params, slots
+                    policy, state or self.state, spec.tunables, baseline_params, slots
                 )
             except TraineeError as exc:
                 # Nothing is launched, but the attempts and what they cost are kept: the

@@ -26,7 +26,7 @@ from anyio.abc import TaskGroup
 from trainee.policies.base import Policy
 from trainee.research.screen import Promotion, RungResult, next_promotion, rung_label, told_status
 from trainee.research.state import RoundSummary
-from trainee.session.inputs import counted_rounds
+from trainee.session.inputs import counted_rounds, round_summary
 from trainee.session.round import RoundRun
 from trainee.spec import ProjectSpec, expand
 from trainee.spec.files import ArgSpec, ScreenSpec
@@ -197,7 +197,16 @@ class Screening:
         if promotion is not None:
             rec = await self._promote(done, promotion, index, step)
         else:
-            plans = await runner._decided_plans(self.policy, spec, done, index, step, slots=1)
+            # the policy sees the rounds still running (it neither repeats them nor draws
+            # the same point twice from the same history)
+            running = [
+                msgspec.structs.replace(round_summary(r), status=RoundStatus.RUNNING)
+                for r in done
+                if r.index in self.running
+            ]
+            plans = await runner._decided_plans(
+                self.policy, spec, done, index, step, slots=1, running=running
+            )
             if isinstance(plans, tuple):
                 return plans, False
             (p, params), *_ = plans

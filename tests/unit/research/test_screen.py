@@ -141,3 +141,25 @@ def test_a_promotion_is_always_of_a_round_in_the_best_fraction(goal: str) -> Non
             assert all(x.promoted for x in best)
         else:
             assert found.round in {x.round for x in best if not x.promoted}
+
+
+def test_the_llm_sees_each_round_s_rung_and_budget() -> None:
+    from trainee.research.prompt import PromptParts, build_messages
+
+    from .helpers import BASELINE, TUNABLES
+
+    state = new_state("val_loss", "min")
+    state, _ = record_round(state, summary(1, 1.0, rung=3, rungs=3))
+    state, _ = record_round(state, summary(2, 0.1, rung=1, rungs=3))
+    parts = PromptParts(
+        system_prompt="S",
+        trainee_context="",
+        project_context="",
+        constraints="",
+        metrics_prompt="",
+        tuning_prompt="",
+    )
+    user = build_messages(parts, state, TUNABLES, baseline_params=BASELINE)[1]["content"]
+    assert "completed (rung 1 of 3, budget 2)" in user
+    assert "completed (rung 3 of 3, budget 18, full budget)" in user
+    assert "never compared with the best" in user
