@@ -34,6 +34,7 @@ from trainee.launch.backends import Backend, JobRef, JobState, RoundJob
 from trainee.launch.backends.base import clear_job_files
 from trainee.launch.layout import CONTROL_LAYOUT, ProjectLayout, RoundLayout, SessionLayout
 from trainee.launch.render import build_env, job_cwd, relative_base, render_round
+from trainee.launch.rungs import spec_at_rung
 from trainee.launch.sandbox import wrap
 from trainee.metrics.extract import Extractor, MetricPoint
 from trainee.monitor.activity import Activity
@@ -101,7 +102,8 @@ class RoundRun:
 
     def __init__(self, ctx: RoundContext, spec: ProjectSpec, rec: RoundRecord) -> None:
         self.ctx = ctx
-        self.spec = spec
+        # run.screen: the budget argument at the round's rung (and the resume argument)
+        self.spec = spec_at_rung(spec, rec.rung, rec.promoted_from, ctx.session_layout)
         self.rec = rec
 
     # -- entry points -------------------------------------------------------------------

@@ -35,6 +35,7 @@ from trainee.research.state import (
     record_round,
     state_to_json,
 )
+from trainee.session import screening
 from trainee.session.bus import EventBus
 from trainee.session.decisions import decision_event, decision_record
 from trainee.session.hints import failure_hint
@@ -47,14 +48,6 @@ from trainee.session.inputs import (
     rebuild_state,
 )
 from trainee.session.round import RoundContext, RoundRun
-from trainee.session.screening import (
-    Screening,
-    round_spec,
-    rung_fields,
-    rungs_of,
-    screen_view,
-    told_status,
-)
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec.wire import Event
 from trainee.states import (
@@ -228,7 +221,7 @@ class SessionRunner:
             spec, self.record, len([r for r in rounds if r.index > 1])
         )
         self.policy = policy
-        observe_history(policy, rounds, rungs_of(spec))
+        observe_history(policy, rounds, screening.rungs_of(spec))
         self._baseline_params = {t.name: t.baseline for t in spec.tunables}
         if not self.record.baseline_round:
             self.emit(
@@ -246,10 +239,7 @@ class SessionRunner:
         if not unfinished:
             return None
         summaries = await self._run_batch(
-            [
-                RoundRun(self._round_context(), round_spec(spec, r, self.session_layout), r).resume
-                for r in unfinished
-            ]
+            [RoundRun(self._round_context(), spec, r).resume for r in unfinished]
         )
         for summary in summaries:
             self._observe(policy, summary)
@@ -277,7 +267,7 @@ class SessionRunner:
             if repeats:  # run.noise: the baseline's configuration on other seeds first
                 plans = [(None, p) for p in repeats]
             elif spec.run.screen is not None:  # cheap screening: one free slot at a time
-                return await Screening(self, spec, policy).run()
+                return await screening.Screening(self, spec, policy).run()
             else:
                 decided = await self._decided_plans(policy, spec, done, index, step)
                 if isinstance(decided, tuple):
@@ -289,28 +279,15 @@ class SessionRunner:
         )
 
     async def _decided_plans(
-        self,
-        policy: Policy,
-        spec: ProjectSpec,
-        done: list[RoundRecord],
-        index: int,
-        step: int,
-        *,
-        slots: int | None = None,
-        running: list[RoundSummary] | None = None,
+        self, policy: Policy, spec: ProjectSpec, done: list[RoundRecord], index: int, step: int
     ) -> Plans | Ended:
-        """The policy's plans for the step (each announced), or why the session ends;
-        ``slots`` plans (default: as many as the step runs); ``running``: rounds still
-        running, shown to the policy as such (``run.screen`` decides beside them)."""
-        slots = slots or decision_slots(spec, self.record, done)
+        """The policy's plans for the step (each announced), or why the session ends."""
+        slots = decision_slots(spec, self.record, done)
         assert self.state is not None
         self.state = msgspec.structs.replace(
             self.state, budget=decision_budget(spec, self.record, done, index)
         )
-        view = self.state
-        if running:
-            view = msgspec.structs.replace(view, rounds=[*view.rounds, *running])
-        proposals = await self._decide(policy, spec, index, slots, self._baseline_params, view)
+        proposals = await self._decide(policy, spec, index, slots, self._baseline_params)
         if proposals is None or self.control.stop_requested.is_set():
             return self.control.stop_reason, None
         stop = next((p for p in proposals if p.plan.stop), None)
@@ -329,18 +306,13 @@ class SessionRunner:
     ) -> list[RoundSummary]:
         """The step's rounds recorded, then run at once; their summaries."""
         recs = [
-            await self._create_round(
-                index + i, params, self._baseline_params, p, batch=step, screen=rung_fields(spec)
-            )
+            await self._create_round(index + i, params, self._baseline_params, p, batch=step)
             for i, (p, params) in enumerate(plans)
         ]
         if len(recs) > 1:
             self.emit("batch.started", {"batch": step, "rounds": [r.index for r in recs]})
         summaries = await self._run_batch(
-            [
-                RoundRun(self._round_context(), round_spec(spec, r, self.session_layout), r).run
-                for r in recs
-            ]
+            [RoundRun(self._round_context(), spec, r).run for r in recs]
         )
         for summary in summaries:
             self._observe(policy, summary)
@@ -401,9 +373,8 @@ class SessionRunner:
         p: Proposal | None,
         *,
         batch: int = 0,
-        screen: Mapping[str, Any] | None = None,
+        rung: dict[str, Any] | None = None,
     ) -> RoundRecord:
-        """A new round's record, stored; ``screen``: its rung and budget (``run.screen``)."""
         rec = RoundRecord(
             session=self.record.index,
             index=index,
@@ -415,7 +386,7 @@ class SessionRunner:
             expected=p.plan.expected if p else "",
             backend=self.backend.name if self.backend is not None else "local",
             batch=batch,
-            **(screen or {}),
+            **(screening.rung_fields(self.spec) if rung is None else rung),  # run.screen
         )
         return await self.store.upsert_round(rec)
 
@@ -490,10 +461,9 @@ class SessionRunner:
         index: int,
         slots: int,
         baseline_params: Mapping[str, Any],
-        state: ResearchState | None = None,
     ) -> list[Proposal] | None:
         """The next step's proposals (rounds ``index`` ...), each recorded; None when a stop
-        request dropped the decision. ``state``: what the policy sees (the research state)."""
+        request dropped the decision."""
         assert self.state is not None
         proposals: list[Proposal] | None = None
         self.emit(
@@ -504,7 +474,7 @@ class SessionRunner:
             self.control.decision_scope = scope
             try:
                 proposals = await propose_batch(
-                    policy, state or self.state, spec.tunables, baseline_params, slots
+                    policy, self.state, spec.tunables, baseline_params, slots
                 )
             except TraineeError as exc:
                 # Nothing is launched, but the attempts and what they cost are kept: the
@@ -590,8 +560,7 @@ class SessionRunner:
 
     def _observe(self, policy: Policy, summary: RoundSummary) -> None:
         if summary.index > 1:
-            status = told_status(summary.status, summary.rung, summary.rungs)
-            policy.observe(summary.params, summary.metric, status)
+            policy.observe(summary.params, summary.metric, screening.told(summary))
 
     # -- outputs ------------------------------------------------------------------------
 
@@ -622,7 +591,7 @@ class SessionRunner:
                     noise=state.noise.describe(metric or "metric")
                     if state and state.noise
                     else None,
-                    screen=screen_view(self.spec),
+                    screen=screening.screen_view(self.spec),
                 )
 
         await anyio.to_thread.run_sync(write)

@@ -16,45 +16,37 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from trainee.policies.base import Policy
+from trainee.policies.base import Policy, Proposal
 from trainee.research.screen import Promotion, RungResult, next_promotion, rung_label, told_status
 from trainee.research.state import RoundSummary
 from trainee.session.inputs import counted_rounds, round_summary
 from trainee.session.round import RoundRun
-from trainee.spec import ProjectSpec, expand
-from trainee.spec.files import ArgSpec, ScreenSpec
+from trainee.spec import ProjectSpec, TunableSpec
+from trainee.spec.files import ScreenSpec
 from trainee.states import ROUND_FINISHED, RoundStatus, StopReason
 from trainee.store.records import RoundRecord
 from trainee.store.screen_report import ScreenView
 
 if TYPE_CHECKING:
-    from trainee.launch.layout import SessionLayout
+    from trainee.research.state import ResearchState
     from trainee.session.runner import Ended, SessionRunner
 
-__all__ = [
-    "Screening",
-    "round_spec",
-    "rung_fields",
-    "rung_results",
-    "rungs_of",
-    "screen_view",
-    "told_status",
-]
+__all__ = ["Screening", "rung_fields", "rung_results", "rungs_of", "screen_view", "told"]
 
 log = logging.getLogger("trainee.session")
 
 
-def rung_fields(spec: ProjectSpec, rung: int | None = None) -> dict[str, Any]:
+def rung_fields(spec: ProjectSpec | None, rung: int | None = None) -> dict[str, Any]:
     """A round's ``rung`` and ``budget`` (the top rung unless ``rung`` is given); none
     without ``run.screen``."""
-    screen = spec.run.screen
+    screen = spec.run.screen if spec is not None else None
     if screen is None:
         return {}
     at = len(screen.rungs) if rung is None else rung
@@ -76,41 +68,38 @@ def rungs_of(spec: ProjectSpec) -> int:
     return len(spec.run.screen.rungs) if spec.run.screen is not None else 0
 
 
-def round_spec(spec: ProjectSpec, rec: RoundRecord, session: SessionLayout) -> ProjectSpec:
-    """The spec round ``rec`` runs with: the budget argument set to its rung's budget and,
-    for a promoted round with ``run.screen.resume``, that argument added with the folders
-    of the round it was promoted from. ``spec`` itself without screening."""
-    screen = spec.run.screen
-    if screen is None or rec.rung < 1 or rec.rung > len(screen.rungs):
-        return spec
-    budget = screen.rungs[rec.rung - 1]
-
-    def with_budget(args: tuple[ArgSpec, ...]) -> tuple[ArgSpec, ...]:
-        return tuple(
-            ArgSpec(flag=a.flag, value=budget) if a.flag == screen.budget else a for a in args
-        )
-
-    fixed = with_budget(spec.run.fixed_args)
-    resume = _resume_arg(screen, rec, session)
-    if resume is not None:
-        fixed = (*fixed, resume)
-    return msgspec.structs.replace(
-        spec,
-        run=msgspec.structs.replace(spec.run, fixed_args=fixed),
-        launch=msgspec.structs.replace(spec.launch, args=with_budget(spec.launch.args)),
-    )
+def told(summary: RoundSummary) -> str:
+    """The status a policy is told of a finished round (:func:`told_status`)."""
+    return told_status(summary.status, summary.rung, summary.rungs)
 
 
-def _resume_arg(screen: ScreenSpec, rec: RoundRecord, session: SessionLayout) -> ArgSpec | None:
-    if screen.resume is None or rec.promoted_from is None:
-        return None
-    source = session.round(rec.promoted_from)
-    value = screen.resume.value
-    if isinstance(value, str):
-        value = expand(
-            value, {"from_outputs_dir": str(source.outputs), "from_round_dir": str(source.dir)}
-        )
-    return ArgSpec(flag=screen.resume.flag, value=value)
+class _Beside:
+    """The session's policy asked for one new candidate while other rounds run: it sees
+    them as running rounds (so it neither repeats one nor draws the same point twice
+    from the same history), and answers one plan however many slots are asked for."""
+
+    def __init__(self, policy: Policy, running: list[RoundSummary]) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self.running = running
+
+    async def propose(
+        self, state: ResearchState, tunables: Sequence[TunableSpec], baseline: Mapping[str, Any]
+    ) -> Proposal:
+        view = msgspec.structs.replace(state, rounds=[*state.rounds, *self.running])
+        return await self.policy.propose(view, tunables, baseline)
+
+    async def propose_batch(
+        self,
+        state: ResearchState,
+        tunables: Sequence[TunableSpec],
+        baseline: Mapping[str, Any],
+        k: int,
+    ) -> list[Proposal]:
+        return [await self.propose(state, tunables, baseline)]
+
+    def observe(self, params: Mapping[str, Any], metric: float | None, status: str) -> None:
+        self.policy.observe(params, metric, status)
 
 
 def rung_results(rounds: list[RoundRecord], rungs: int) -> list[RungResult]:
@@ -197,21 +186,18 @@ class Screening:
         if promotion is not None:
             rec = await self._promote(done, promotion, index, step)
         else:
-            # the policy sees the rounds still running (it neither repeats them nor draws
-            # the same point twice from the same history)
             running = [
                 msgspec.structs.replace(round_summary(r), status=RoundStatus.RUNNING)
                 for r in done
                 if r.index in self.running
             ]
-            plans = await runner._decided_plans(
-                self.policy, spec, done, index, step, slots=1, running=running
-            )
+            beside = _Beside(self.policy, running)
+            plans = await runner._decided_plans(beside, spec, done, index, step)
             if isinstance(plans, tuple):
                 return plans, False
             (p, params), *_ = plans
             rec = await runner._create_round(
-                index, params, runner._baseline_params, p, batch=step, screen=rung_fields(spec, 1)
+                index, params, runner._baseline_params, p, batch=step, rung=rung_fields(spec, 1)
             )
         self._start(tg, rec, send)
         return None, True
@@ -263,8 +249,7 @@ class Screening:
         send: Callable[[RoundSummary | None], Awaitable[None]],
     ) -> None:
         runner = self.runner
-        spec = round_spec(self.spec, rec, runner.session_layout)
-        run = RoundRun(runner._round_context(), spec, rec).run
+        run = RoundRun(runner._round_context(), self.spec, rec).run
         self.running.add(rec.index)
 
         async def one() -> None:
