@@ -725,9 +725,11 @@ def write_report(
     ``noise``: the baseline's mean ± spread over seeds (``run.noise``), when measured."""
     ordered = _ordered(session, rounds)
     baseline, best = _baseline_and_best(session, ordered, _check_goal(goal))
+    # run.screen: the analysis views compare full-budget results only
+    top = len(screen.rungs) if screen is not None else 0
     analysis = build_analysis(
         session.id,
-        ordered,
+        [r for r in ordered if not 0 < r.rung < top],
         tunables,
         metric=metric_name,
         goal=goal,

@@ -36,7 +36,7 @@ def screen_lines(rounds: Sequence[RoundRecord], view: ScreenView, metric_name: s
         "",
         f"Candidates start at {view.flag} {view.rungs[0]:g}; the best of each rung go on "
         f"(rungs {', '.join(f'{b:g}' for b in view.rungs)}). Only full-budget results are "
-        "compared with the baseline and the best.",
+        "compared with the baseline and the best (and shown in the analysis views).",
         "",
     ]
     for r in screened:
