@@ -23,6 +23,7 @@ import yaml  # type: ignore[import-untyped]
 
 from tests.conftest import REPO, Daemon, _kill_leftover_daemons, scaled, venv_env
 from tests.e2e.test_loop import artifacts, assert_no_training_left, wait_finished
+from trainee.research.analysis import optuna_available
 from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e
@@ -61,12 +62,12 @@ def project_with(tmp_path: Path, **changes: Any) -> Path:
     return project
 
 
-def run_session(daemon: Daemon, project: Path) -> dict[str, Any]:
-    """A random-policy session of the project to its end; its final state."""
+def run_session(daemon: Daemon, project: Path, policy: str = "random") -> dict[str, Any]:
+    """A session of the project (random policy by default) to its end; its final state."""
     with RpcClient(daemon.socket, timeout=scaled(60)) as rpc:
         rpc.call(
             "loop_start",
-            {"project_root": str(project), "policy": "random", "security_mode": "unsafe"},
+            {"project_root": str(project), "policy": policy, "security_mode": "unsafe"},
         )
     state = wait_finished(daemon.env, project, timeout=scaled(120))
     assert state["session"]["stop_reason"] == "max_rounds", state["session"]
@@ -166,6 +167,15 @@ def test_a_promoted_round_resumes_from_its_checkpoint(daemon: Daemon, tmp_path: 
     for r in state["rounds"]:
         if r["promoted_from"] is None:
             assert "--resume" not in r["command"], r
+
+
+@pytest.mark.skipif(not optuna_available(), reason="the optuna extra is not installed")
+def test_tpe_screens_too(daemon: Daemon, tmp_path: Path) -> None:
+    """TPE decides beside running rounds and is told the low-budget ones as pruned
+    trials with their value: the ladder holds as with random draws."""
+    project = project_with(tmp_path)
+    state = run_session(daemon, project, "tpe")
+    check_ladder(state)
 
 
 def test_a_low_budget_result_never_becomes_the_best(daemon: Daemon, tmp_path: Path) -> None:
