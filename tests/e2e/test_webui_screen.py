@@ -57,6 +57,13 @@ def test_the_rounds_table_shows_rungs_and_promotions(
         if r["index"] in promoted_to:
             expect(cell).to_contain_text(f"promoted to #{promoted_to[r['index']]}")
     assert promoted_to, rounds
+    promoted = next(r for r in rounds if r["promoted_from"])
+    table.locator(f'tr[data-round="{promoted["index"]}"]').get_by_role("link").click()
+    dialog = page.locator("dialog.round-dialog")
+    expect(dialog.locator('dd[data-fact="Rung"]')).to_have_text(
+        f"rung 2 · budget 6 · promoted from round {promoted['promoted_from']}"
+    )
+    dialog.get_by_role("button", name="Close").click()
     assert_fits(page, "main")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "screen-rungs.png"), full_page=True)
