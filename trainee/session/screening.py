@@ -6,7 +6,7 @@ time a slot is free the next round is decided on the spot (asynchronous successi
 halving, :mod:`trainee.research.screen`): a promotion of the best round of a rung when
 the rung has results enough, else a new candidate from the policy at the first rung. A
 round's command gets its rung's budget as the value of the budget argument
-(:func:`round_spec`); a promoted round also gets ``run.screen.resume`` with the folders
+(trainee/launch/rungs.py); a promoted round also gets ``run.screen.resume`` with the folders
 of the round it continues from, or runs again from the start without it. Everything is
 read back from the store before each choice, so a resumed session carries on where it
 was (a restarted daemon re-adopts the running rounds first).
@@ -131,9 +131,10 @@ class Screening:
         self.running: set[int] = set()
         self.errors: list[BaseException] = []
 
-    async def run(self) -> Ended | None:
-        """Until the session ends: why it does (None never: a stop, the budget, the
-        policy or a missing metric ends it)."""
+    async def run(self) -> Ended:
+        """Until the session ends: why it does (a stop, the budget of rounds or time, the
+        policy, a missing metric); a failed decision or supervision is raised once the
+        running rounds have ended."""
         runner = self.runner
         send, receive = anyio.create_memory_object_stream[RoundSummary | None](
             max_buffer_size=math.inf
@@ -142,7 +143,14 @@ class Screening:
         async with anyio.create_task_group() as tg:
             while True:
                 while ended is None and len(self.running) < self.spec.run.parallel:
-                    ended, launched = await self._next(tg, send.send)
+                    try:
+                        ended, launched = await self._next(tg, send.send)
+                    except Exception as exc:
+                        # a decision that failed (the provider, an invalid plan): nothing
+                        # more is launched, the running rounds end as they would, then the
+                        # error ends the session (never rounds left running unwatched)
+                        self.errors.append(exc)
+                        ended, launched = (StopReason.ERROR, None), False
                     if not launched:
                         break
                 if not self.running:
