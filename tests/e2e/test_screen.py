@@ -22,7 +22,18 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from tests.conftest import REPO, Daemon, _kill_leftover_daemons, scaled, venv_env
-from tests.e2e.test_loop import artifacts, assert_no_training_left, wait_finished
+from tests.e2e.test_loop import (
+    OK,
+    artifacts,
+    assert_no_training_left,
+    llm_env,
+    loop_get,
+    plan,
+    start,
+    wait_finished,
+    wait_until,
+)
+from tests.fakes.llm_server import FakeLLM
 from trainee.research.analysis import optuna_available
 from trainee.rpc.client import RpcClient
 
@@ -193,6 +204,44 @@ def test_a_low_budget_result_never_becomes_the_best(daemon: Daemon, tmp_path: Pa
     assert rounds[best]["rung"] == 2, rounds[best]
     assert all(r["verdict"] != "kept" for r in low)
     assert min(r["primary_metric"] for r in low) < rounds[best]["primary_metric"]
+
+
+def test_a_failed_decision_lets_the_running_rounds_end_first(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """The LLM's plan for round 4 is out of bounds twice while round 3 (held) still runs:
+    nothing more is launched, round 3 ends as it would, then the session ends with
+    invalid_decision; no round is left running unwatched."""
+    project = project_with(tmp_path)
+    hold = project / "hold-lr-0.3"
+    hold.touch()
+    script = [OK, plan({"lr": 0.2}), plan({"lr": 0.3}), plan({"lr": 5.0}), plan({"lr": 9.0})]
+    try:
+        with FakeLLM(script) as fake:
+            env = llm_env(daemon.env, fake)
+            start(project, env, "--unsafe")
+            state = wait_until(
+                env,
+                project,
+                lambda s: (
+                    len(fake.requests) == len(script)
+                    and any(r["index"] == 3 and r["status"] == "running" for r in s["rounds"])
+                ),
+                timeout=scaled(60),
+                what="the failed decision beside round 3",
+            )
+            assert state["session"]["status"] == "running", state["session"]
+            hold.unlink()
+            state = wait_finished(env, project, timeout=scaled(60))
+    finally:
+        hold.unlink(missing_ok=True)
+    assert state["session"]["stop_reason"] == "invalid_decision", state["session"]
+    assert "lr" in state["session"]["error"]
+    rounds = {r["index"]: r for r in state["rounds"]}
+    assert sorted(rounds) == [1, 2, 3]
+    assert rounds[3]["status"] == "completed" and rounds[3]["rung"] == 1
+    assert loop_get(env, project)["running"] is False
+    assert_no_training_left(project)
 
 
 @pytest.mark.parametrize(
