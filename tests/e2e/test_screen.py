@@ -73,12 +73,13 @@ def project_with(tmp_path: Path, **changes: Any) -> Path:
     return project
 
 
-def run_session(daemon: Daemon, project: Path, policy: str = "random") -> dict[str, Any]:
+def run_session(
+    daemon: Daemon, project: Path, policy: str = "random", mode: str = "unsafe"
+) -> dict[str, Any]:
     """A session of the project (random policy by default) to its end; its final state."""
     with RpcClient(daemon.socket, timeout=scaled(60)) as rpc:
         rpc.call(
-            "loop_start",
-            {"project_root": str(project), "policy": policy, "security_mode": "unsafe"},
+            "loop_start", {"project_root": str(project), "policy": policy, "security_mode": mode}
         )
     state = wait_finished(daemon.env, project, timeout=scaled(120))
     assert state["session"]["stop_reason"] == "max_rounds", state["session"]
@@ -157,11 +158,17 @@ def test_candidates_are_promoted_across_two_rungs_with_two_at_once(
         assert line + str(p["promoted_from"]) in report
 
 
-def test_a_promoted_round_resumes_from_its_checkpoint(daemon: Daemon, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["unsafe", "guarded"])
+def test_a_promoted_round_resumes_from_its_checkpoint(
+    daemon: Daemon, tmp_path: Path, mode: str
+) -> None:
+    """Guarded too: the sandbox lets a round read the outputs of an earlier round."""
+    if mode == "guarded" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
     project = project_with(
         tmp_path, resume={"flag": "--resume", "value": "{from_outputs_dir}/checkpoint.json"}
     )
-    state = run_session(daemon, project)
+    state = run_session(daemon, project, mode=mode)
     _, promoted = check_ladder(state)
     for p in promoted:
         argv = shlex.split(p["command"])
