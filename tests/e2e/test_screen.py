@@ -29,6 +29,7 @@ from tests.e2e.test_loop import (
     llm_env,
     loop_get,
     plan,
+    read_ledgers,
     start,
     wait_finished,
     wait_until,
@@ -129,6 +130,17 @@ def check_ladder(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict
     return low, promoted
 
 
+def check_ledger(project: Path, state: dict[str, Any]) -> None:
+    """result_ledger.csv gives each round's rung, budget and the round it came from."""
+    rows = {int(r["round"]): r for r in read_ledgers(project)[0]}
+    for r in state["rounds"]:
+        row = rows[r["index"]]
+        assert (row["rung"], row["budget"]) == (str(r["rung"]), repr(float(r["budget"]))), row
+        assert row["promoted_from"] == (
+            "" if r["promoted_from"] is None else str(r["promoted_from"])
+        )
+
+
 def test_candidates_are_promoted_across_two_rungs_with_two_at_once(
     daemon: Daemon, tmp_path: Path
 ) -> None:
@@ -146,6 +158,7 @@ def test_candidates_are_promoted_across_two_rungs_with_two_at_once(
     for p in promoted:
         text = log_of(project, p)
         assert "resumed" not in text and "epoch 1 val_loss" in text and "epoch 6 " in text
+    check_ledger(project, state)
     # the best is a full-budget round (the baseline or a promoted one)
     best = state["session"]["best_round"]
     assert best in {1} | {p["index"] for p in promoted}

@@ -32,6 +32,7 @@ from trainee.store.screen_report import ScreenView, screen_lines
 
 __all__ = [
     "CHART_NAME",
+    "LEDGER_SCREEN_COLUMNS",
     "LEDGER_TAIL_COLUMNS",
     "ArtifactLayout",
     "ledger_rows",
@@ -60,6 +61,8 @@ LEDGER_TAIL_COLUMNS = (
     "backend",
     "job_id",
 )
+LEDGER_SCREEN_COLUMNS = ("rung", "budget", "promoted_from")
+"""Last, when a round ran at a ``run.screen`` rung."""
 _PARAM_PREFIX = "param."
 _SPARKS = "▁▂▃▄▅▆▇█"
 _GOALS = ("min", "max")
@@ -179,8 +182,10 @@ def render_ledger_csv(session: SessionRecord, rounds: Sequence[RoundRecord]) -> 
     params = _param_names(ordered)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
+    screened = any(rec.rung for rec in ordered)
+    screen = LEDGER_SCREEN_COLUMNS if screened else ()
     writer.writerow(
-        [*LEDGER_HEAD_COLUMNS, *(_PARAM_PREFIX + p for p in params), *LEDGER_TAIL_COLUMNS]
+        [*LEDGER_HEAD_COLUMNS, *(_PARAM_PREFIX + p for p in params), *LEDGER_TAIL_COLUMNS, *screen]
     )
     for rec in ordered:
         writer.writerow(
@@ -198,6 +203,11 @@ def render_ledger_csv(session: SessionRecord, rounds: Sequence[RoundRecord]) -> 
                 rec.batch,
                 rec.backend,
                 _cell(rec.job_id),
+                *(
+                    (_cell(rec.rung or None), _cell(rec.budget), _cell(rec.promoted_from))
+                    if screened
+                    else ()
+                ),
             ]
         )
     return buffer.getvalue()
