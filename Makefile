@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # chromium (the browser test of the web page; Playwright drives it, nothing is downloaded).
 EXAMPLE_REQS := $(wildcard examples/*/requirements.txt)
 
-.PHONY: all venv system-deps cluster-deps lint test test-cluster test-fast demo bench bench-decisions install-systemd docs clean
+.PHONY: all venv system-deps cluster-deps lint test test-cluster test-fast demo bench bench-decisions bench-compute install-systemd docs clean
 
 all: test
 
@@ -83,6 +83,12 @@ bench: $(STAMP) system-deps
 
 bench-decisions: $(STAMP)
 	$(PY) bench/decision_quality.py
+
+# Compute used against best reached, with and without run.prune (examples/lr-cliff);
+# e.g. make bench-compute COMPUTE_OUT=/tmp/compute COMPUTE_ARGS="--seeds 2 --rounds 8"
+COMPUTE_OUT ?= bench/out/compute
+bench-compute: $(STAMP)
+	$(PY) bench/compute.py $(COMPUTE_OUT) $(COMPUTE_ARGS)
 
 install-systemd:
 	bash systemd/install.sh "$$(command -v trainee || echo $(abspath $(VENV))/bin/trainee)"

@@ -240,7 +240,8 @@ def test_named_result_fields_for_the_loop_tools(daemon: Node) -> None:
     assert out.returncode == 0, out.stderr
     described = {e["function"]["name"]: e["function"]["description"] for e in out.json()}
     assert (
-        "Returns: session, rounds, current_round, running, best, baseline." in described["loop_get"]
+        "Returns: session, rounds, current_round, running, best, baseline, metric."
+        in described["loop_get"]
     )
     assert (
         "Returns: run_id, session_id, round, decision, log_path, metric_points."

@@ -28,6 +28,7 @@ from trainee.policies import needs_provider
 from trainee.policies.llm import LlmPolicy
 from trainee.research import analysis
 from trainee.session.inputs import (
+    best_after_each,
     decision_budget,
     decision_slots,
     observe_history,
@@ -36,6 +37,7 @@ from trainee.session.inputs import (
 from trainee.session.manager import SessionManager
 from trainee.spec import ProjectSpec, SecurityMode, load_project
 from trainee.spec import wire as w
+from trainee.spec.primary import primary_metric
 from trainee.states import ROUND_FINISHED, RoundStatus
 from trainee.store.db import Store
 from trainee.store.export import write_ledgers, write_report
@@ -75,6 +77,19 @@ class RoundView(RoundRecord, kw_only=True):
     log-file change (None when it is not running)."""
 
     idle_for: float | None = None
+    best_after: int | None = None
+    """In ``loop_get``: the session's best round once this round finished (None while it
+    runs or when no round had a result): the best-so-far line, by the research state's
+    rule."""
+
+
+class PrimaryMetricView(msgspec.Struct, kw_only=True):
+    """The metric a session is judged by and which way is better: the first
+    ``metrics.specs`` entry, else the built-in loss the rounds report (see
+    :mod:`trainee.spec.primary`)."""
+
+    name: str
+    goal: str
 
 
 class RunView(RoundView, kw_only=True):
@@ -317,6 +332,9 @@ class LoopGetResult(msgspec.Struct, kw_only=True):
     """The session's task runs in this daemon."""
     best: RoundView | None
     baseline: RoundView | None
+    metric: PrimaryMetricView
+    """The primary metric (the project's files as they are now; the built-in loss when
+    they no longer load)."""
 
 
 @registry.method(w.SessionParams, LoopGetResult)
@@ -336,13 +354,23 @@ async def loop_get(ctx: CallContext, params: w.SessionParams) -> LoopGetResult:
     running = manager_of(ctx).control_of(root, rec.index) is not None
     best = by_index.get(rec.best_round) if rec.best_round else None
     baseline = by_index.get(rec.baseline_round) if rec.baseline_round else None
+    spec = await _spec_or_none(root)
+    specs = spec.metrics.specs if spec is not None else ()
+    metric = primary_metric(specs, (r.finals for r in rounds))
+    best_after = best_after_each(spec, rounds) if spec is not None else {}
+    views = []
+    for r in rounds:
+        view = _round_public(r, now)
+        view.best_after = best_after.get(r.index)
+        views.append(view)
     return LoopGetResult(
         session=_public(rec),
-        rounds=[_round_public(r, now) for r in rounds],
+        rounds=views,
         current_round=_round_public(current, now) if current else None,
         running=running,
         best=_round_public(best) if best else None,
         baseline=_round_public(baseline) if baseline else None,
+        metric=PrimaryMetricView(name=metric.name, goal=str(metric.goal)),
     )
 
 
@@ -543,8 +571,7 @@ async def session_report(ctx: CallContext, params: w.SessionParams) -> ReportRes
     decisions = await store.list_decisions(rec.index)
     layout = ProjectLayout.for_root(root).session(rec.index)
     spec = await anyio.to_thread.run_sync(load_project, root)
-    metric = spec.metrics.specs[0].name if spec.metrics.specs else _builtin_metric(rounds)
-    goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
+    metric, goal = primary_metric(spec.metrics.specs, (r.finals for r in rounds))
 
     def write() -> str:
         write_ledgers(layout, rec, rounds)
@@ -553,7 +580,7 @@ async def session_report(ctx: CallContext, params: w.SessionParams) -> ReportRes
             rec,
             rounds,
             metric_name=metric,
-            goal=goal,
+            goal=str(goal),
             decisions=decisions,
             tunables=spec.tunables,
         )
@@ -574,14 +601,6 @@ async def session_report(ctx: CallContext, params: w.SessionParams) -> ReportRes
         ledger_jsonl=str(layout.ledger_jsonl),
         markdown=markdown,
     )
-
-
-def _builtin_metric(rounds: list[RoundRecord]) -> str:
-    for r in rounds:
-        for name in ("loss", "total_loss"):
-            if name in r.finals:
-                return name
-    return "loss"
 
 
 class RoundMetricsResult(w.Wire):
@@ -655,10 +674,9 @@ async def session_analysis(ctx: CallContext, params: w.SessionAnalysisParams) ->
     root, rec, store = found.root, found.record, found.store
     rounds = {r.index: r for r in await store.list_rounds(rec.index)}
     spec = await _spec_or_none(root)
-    if spec is not None and spec.metrics.specs:
-        metric, goal = spec.metrics.specs[0].name, str(spec.metrics.specs[0].goal)
-    else:
-        metric, goal = _builtin_metric(list(rounds.values())), "min"
+    metric, goal = primary_metric(
+        spec.metrics.specs if spec is not None else (), (r.finals for r in rounds.values())
+    )
     comparison = None
     asked = params.left_round or params.right_round or params.right_session
     if asked or (params.compare and rounds):
@@ -692,7 +710,7 @@ async def session_analysis(ctx: CallContext, params: w.SessionAnalysisParams) ->
             list(rounds.values()),
             tunables,
             metric=metric,
-            goal=goal,
+            goal=str(goal),
             baseline_round=rec.baseline_round,
             best_round=rec.best_round,
             comparison=comparison,

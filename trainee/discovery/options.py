@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from trainee.spec.kinds import scalar_type
+
 __all__ = [
     "EntryOption",
     "Framework",
@@ -283,18 +285,6 @@ def _type_name(node: ast.AST | None, imports: dict[str, str]) -> OptionType | No
     return _TYPE_NAMES.get(name) if name is not None else None
 
 
-def _value_type(value: Any) -> OptionType | None:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "str"
-    return None
-
-
 def _scalar_choices(value: Any) -> list[Any] | None:
     if (
         isinstance(value, list)
@@ -364,7 +354,7 @@ def _argparse_options(
             elif declared is not None:
                 option.type = declared
             elif ok and has_default and default is not None:
-                option.type = _value_type(default)
+                option.type = scalar_type(default)
             else:
                 option.type = "str"
             option.default = default if ok else None
@@ -478,7 +468,7 @@ def _click_options(
                 option.default = bool(default) if ok_d and default is not None else False
             else:
                 if kind is None and "type" not in kw:
-                    kind = _value_type(default) if ok_d and default is not None else "str"
+                    kind = scalar_type(default) if ok_d and default is not None else "str"
                 option.type = kind
                 option.choices = choices
                 option.min_value = lo if isinstance(lo, int | float) else None
@@ -523,7 +513,7 @@ def _annotation_type(
             values = [_literal(e, consts) for e in elts]
             if all(ok for ok, _ in values):
                 literals = [v for _, v in values]
-                return _value_type(literals[0]) if literals else None, literals, None
+                return scalar_type(literals[0]) if literals else None, literals, None
         if base == "Annotated" and isinstance(inner, ast.Tuple) and inner.elts:
             kind, choices, _ = _annotation_type(inner.elts[0], consts, enums)
             call = next(
@@ -643,7 +633,7 @@ def _typer_options(
             elif value_node is not None and not ok:
                 option.default_source = _unparse(value_node)
             option.default = default if ok else None
-            option.type = kind or (_value_type(default) if ok else None)
+            option.type = kind or (scalar_type(default) if ok else None)
             option.choices = choices
             for key in ("min", "max"):
                 lit = _literal(kw.get(key), consts)
@@ -692,7 +682,7 @@ def _configurator_options(
             and node.targets[0].id.islower()
         ):
             ok, value = _literal(node.value, consts)
-            kind = _value_type(value) if ok else None
+            kind = scalar_type(value) if ok else None
             if kind is None:
                 continue
             name = node.targets[0].id
@@ -858,7 +848,7 @@ def _fields_of_dataclass(
         if value is not None and not ok:
             option.default_source = _unparse(value)
         option.default = default if ok else None
-        option.type = kind or (_value_type(default) if ok else None)
+        option.type = kind or (scalar_type(default) if ok else None)
         option.choices = choices
         if (
             option.type == "float"
@@ -907,7 +897,7 @@ def _init_params(
         elif not ok:
             option.default_source = _unparse(default_node)
         option.default = default if ok else None
-        option.type = kind or (_value_type(default) if ok else None)
+        option.type = kind or (scalar_type(default) if ok else None)
         if (
             option.type == "float"
             and isinstance(option.default, int)
@@ -1031,7 +1021,7 @@ def _lightning_options(
                 option = EntryOption(
                     flag=f"--trainer.{key}", dest=f"trainer.{key}", flags=[f"--trainer.{key}"]
                 )
-                option.type = _value_type(value)
+                option.type = scalar_type(value)
                 out.append(option)
             option.default = value
             option.help = (option.help + " (set by trainer_defaults)").strip()

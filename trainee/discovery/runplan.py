@@ -22,6 +22,7 @@ from trainee.discovery.options import EntryOption, normalize_name
 from trainee.discovery.outputs import OutputOption, is_output_key, output_options
 from trainee.discovery.scan import Entrypoint, command_settings, script_index
 from trainee.spec.files import uses_scratch_cwd
+from trainee.spec.kinds import scalar_type
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,15 +64,7 @@ class RunView(msgspec.Struct, kw_only=True):
 
 
 def _value_type(value: Any) -> Any:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str) or value is None:
-        return "str"
-    return None
+    return "str" if value is None else scalar_type(value)
 
 
 def _hydra_options(cfg: HydraConfig) -> list[EntryOption]:

@@ -14,9 +14,7 @@ from trainee.metrics.extract import (
     MetricPoint,
     MetricWarning,
     RoundMetrics,
-    better,
     parse_number,
-    primary_goal,
 )
 
 __all__ = [
@@ -28,7 +26,5 @@ __all__ = [
     "MetricPoint",
     "MetricWarning",
     "RoundMetrics",
-    "better",
     "parse_number",
-    "primary_goal",
 ]

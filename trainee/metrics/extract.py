@@ -74,7 +74,7 @@ from trainee.errors import ConfigError, InvalidParams, InvalidState
 from trainee.metrics.csv_source import CsvReader
 from trainee.metrics.tb_source import TensorBoardReader
 from trainee.metrics.wandb_source import find_wandb_summary
-from trainee.spec.files import BUILTIN_METRICS, Goal, MetricSource, MetricSpec, job_path_base
+from trainee.spec.files import BUILTIN_METRICS, MetricSource, MetricSpec, job_path_base
 from trainee.spec.regexcheck import check_pattern
 
 __all__ = [
@@ -89,9 +89,7 @@ __all__ = [
     "MetricPoint",
     "MetricWarning",
     "RoundMetrics",
-    "better",
     "parse_number",
-    "primary_goal",
 ]
 
 DEFAULT_MAX_POINTS = 100_000
@@ -625,21 +623,6 @@ class Extractor:
             missing_required=missing,
             primary=primary,
         )
-
-
-# -- comparing -------------------------------------------------------------------------------
-
-
-def primary_goal(specs: Sequence[MetricSpec]) -> Goal:
-    """The goal of the primary metric: the first spec's, else ``min`` (built-in loss)."""
-    return Goal(specs[0].goal) if specs else Goal.MIN
-
-
-def better(a: float, b: float, goal: Goal | str) -> bool:
-    """Whether ``a`` is strictly better than ``b``; never true for a non-finite value."""
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return False
-    return a < b if Goal(goal) == Goal.MIN else a > b
 
 
 # -- helpers -----------------------------------------------------------------------------------

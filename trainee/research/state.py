@@ -20,6 +20,8 @@ from typing import Any
 
 import msgspec
 
+from trainee.spec.files import BUILTIN_METRICS, Goal
+from trainee.spec.primary import REL_TOL, better
 from trainee.states import RoundStatus
 
 __all__ = [
@@ -31,7 +33,6 @@ __all__ = [
     "RecentRound",
     "ResearchState",
     "RoundSummary",
-    "better",
     "failure_kind",
     "format_metric",
     "judge_expected",
@@ -42,16 +43,13 @@ __all__ = [
     "state_to_json",
 ]
 
-GOALS = ("min", "max")
-FALLBACK_METRICS = ("loss", "total_loss")
+GOALS = tuple(str(g) for g in Goal)
+FALLBACK_METRICS = BUILTIN_METRICS
 """Metrics used, in this order, when no primary metric is configured."""
 
 RECENT_ROUNDS = 30
 """``recent_rounds`` of research_state.json, and the decision prompt's table of rounds,
 hold the last this many rounds."""
-
-REL_TOL = 1e-9
-"""Two metric values within this relative tolerance count as equal."""
 
 KEPT, NEUTRAL, REJECTED, BASELINE = "kept", "neutral", "rejected", "baseline"
 HELD, FAILED, NOT_CHECKABLE = "held", "failed", "not checkable"
@@ -464,13 +462,6 @@ def failure_kind(tail: list[str]) -> str | None:
     if _NAN.search(text):
         return "nan/divergence"
     return None
-
-
-def better(a: float, b: float, goal: str) -> bool:
-    """``a`` beats ``b`` under ``goal`` by more than the relative tolerance."""
-    if math.isclose(a, b, rel_tol=REL_TOL, abs_tol=0.0):
-        return False
-    return a < b if goal == "min" else a > b
 
 
 def format_metric(value: float | None) -> str:

@@ -75,19 +75,40 @@ def round_summary(r: RoundRecord, rungs: int = 0) -> RoundSummary:
 
 def rebuild_state(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> ResearchState:
     """The research state after the finished ``rounds`` (in order), for ``spec``'s metric."""
-    primary = spec.metrics.specs[0].name if spec.metrics.specs else None
-    goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
-    noise = spec.run.noise
-    state = new_state(
-        primary,
-        goal,
-        noise=NoiseFloor(seed=noise.seed, margin=noise.margin) if noise is not None else None,
-    )
-    rungs = len(spec.run.screen.rungs) if spec.run.screen is not None else 0
+    state = _empty_state(spec)
+    rungs = _rungs(spec)
     for r in rounds:
         if r.status in ROUND_FINISHED:
             state, _ = record_round(state, round_summary(r, rungs))
     return state
+
+
+def best_after_each(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> dict[int, int | None]:
+    """Finished round index -> the session's best round once it was recorded: the
+    best-so-far line the page draws, decided by the research state's rule (goal,
+    tolerance, noise floor), never by a comparison of its own."""
+    state = _empty_state(spec)
+    best: dict[int, int | None] = {}
+    for r in sorted(rounds, key=lambda r: r.index):
+        if r.status in ROUND_FINISHED:
+            state, _ = record_round(state, round_summary(r, _rungs(spec)))
+            best[r.index] = state.best.index if state.best is not None else None
+    return best
+
+
+def _empty_state(spec: ProjectSpec) -> ResearchState:
+    primary = spec.metrics.specs[0].name if spec.metrics.specs else None
+    goal = str(spec.metrics.specs[0].goal) if spec.metrics.specs else "min"
+    noise = spec.run.noise
+    return new_state(
+        primary,
+        goal,
+        noise=NoiseFloor(seed=noise.seed, margin=noise.margin) if noise is not None else None,
+    )
+
+
+def _rungs(spec: ProjectSpec) -> int:
+    return len(spec.run.screen.rungs) if spec.run.screen is not None else 0
 
 
 def observe_history(policy: Policy, rounds: Iterable[RoundRecord], rungs: int = 0) -> None:

@@ -19,7 +19,8 @@ from trainee.errors import TraineeError
 from trainee.metrics.extract import MetricPoint
 from trainee.research.prune import Finished, PruneDecision, decide, step_of
 from trainee.spec import ProjectSpec
-from trainee.spec.files import BUILTIN_METRICS, PruneSpec
+from trainee.spec.files import PruneSpec
+from trainee.spec.primary import primary_metric
 from trainee.states import RoundStatus
 from trainee.store.db import Store
 from trainee.store.records import RoundRecord
@@ -79,7 +80,7 @@ class RoundPruning:
         specs = spec.metrics.specs
         return cls(
             prune,
-            primary=specs[0].name if specs else BUILTIN_METRICS[0],
+            primary=primary_metric(specs).name,
             goals={m.name: str(m.goal) for m in specs},
             finished=[Finished(i, s) for i, s in sorted(by_round.items())],
         )

@@ -13,6 +13,7 @@ import re
 
 from trainee.spec.compile import TunableSpec
 from trainee.spec.files import ArgStyle, ParamSpec, ParamType, Value
+from trainee.spec.kinds import scalar_type
 
 __all__ = ["format_float", "render_arg", "render_override_value", "render_param", "render_value"]
 
@@ -26,15 +27,10 @@ _HYDRA_KEYWORDS = {"true", "false", "null", "inf", "nan"}
 
 
 def _infer(value: Value) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "str"
-    raise TypeError(f"unsupported argument value {value!r} of type {type(value).__name__}")
+    kind = scalar_type(value)
+    if kind is None:
+        raise TypeError(f"unsupported argument value {value!r} of type {type(value).__name__}")
+    return kind
 
 
 def _kind(value: Value, type_: ParamType | str | None) -> str:

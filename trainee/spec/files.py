@@ -18,6 +18,7 @@ import msgspec
 from msgspec import Meta
 
 from trainee.errors import ConfigError
+from trainee.spec.kinds import kind_words
 
 __all__ = [
     "BUILTIN_METRICS",
@@ -670,7 +671,9 @@ def decode_file(data: Any, type_: type[T], *, file: str, lines: LineMap | None) 
     """``msgspec.convert`` plain YAML data into ``type_``; errors name file, line and field."""
     if not isinstance(data, dict):
         line = 1 if lines is not None else None
-        raise config_error(file, line, "", f"the top level must be a mapping, got {_kind(data)}")
+        raise config_error(
+            file, line, "", f"the top level must be a mapping, got {kind_words(data)}"
+        )
     _check_integers(data, (), file, lines)
     try:
         return msgspec.convert(data, type=type_)
@@ -861,17 +864,3 @@ def _value_at(data: Any, path: FieldPath) -> tuple[bool, Any]:
         else:
             return False, None
     return True, current
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return type(value).__name__

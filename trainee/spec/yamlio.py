@@ -42,6 +42,7 @@ from trainee.spec.files import (
     decode_file,
     struct_to_yaml_data,
 )
+from trainee.spec.kinds import kind_words
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -131,7 +132,9 @@ class YamlDocument:
         if root is None:
             raise config_error(file, 1, "", "the file is empty")
         if not isinstance(root, dict):
-            raise config_error(file, 1, "", f"the top level must be a mapping, got {_kind(root)}")
+            raise config_error(
+                file, 1, "", f"the top level must be a mapping, got {kind_words(root)}"
+            )
         return cls(
             root,
             path=target,
@@ -275,7 +278,10 @@ class YamlDocument:
     def _not_container(self, prefix: list[str], node: Any) -> ConfigError:
         where = ".".join(prefix) or "<top level>"
         return config_error(
-            self._file(), None, where, f"is {_kind(node)}, not a mapping; cannot set a key below it"
+            self._file(),
+            None,
+            where,
+            f"is {kind_words(node)}, not a mapping; cannot set a key below it",
         )
 
 
@@ -768,22 +774,6 @@ def _scalar_keys(seg: str) -> Iterator[Any]:
         yield int(seg)
     if seg in ("true", "false"):
         yield seg == "true"
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
 
 
 # -- reading ----------------------------------------------------------------------------

@@ -24,6 +24,8 @@ import msgspec
 from trainee.research.analysis import build_analysis
 from trainee.research.prune import pruned_reason
 from trainee.spec import TunableSpec
+from trainee.spec.files import Goal
+from trainee.spec.primary import better
 from trainee.spec.wire import SessionAnalysis
 from trainee.states import RoundStatus
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord, to_builtins
@@ -65,7 +67,7 @@ LEDGER_SCREEN_COLUMNS = ("rung", "budget", "promoted_from")
 """Last, when a round ran at a ``run.screen`` rung."""
 _PARAM_PREFIX = "param."
 _SPARKS = "▁▂▃▄▅▆▇█"
-_GOALS = ("min", "max")
+_GOALS = tuple(str(g) for g in Goal)
 
 
 class ArtifactLayout(Protocol):
@@ -255,10 +257,6 @@ def _scored(rounds: Sequence[RoundRecord]) -> list[RoundRecord]:
     return [r for r in rounds if r.status == RoundStatus.COMPLETED and r.primary_metric is not None]
 
 
-def _better(a: float, b: float, goal: str) -> bool:
-    return a < b if goal == "min" else a > b
-
-
 def _baseline_and_best(
     session: SessionRecord, rounds: Sequence[RoundRecord], goal: str
 ) -> tuple[RoundRecord | None, RoundRecord | None]:
@@ -276,7 +274,7 @@ def _baseline_and_best(
     for rec in scored:
         value = rec.primary_metric
         assert value is not None
-        if best is None or _better(value, best_value, goal):
+        if best is None or better(value, best_value, goal):
             best, best_value = rec, value
     return baseline, best
 
@@ -639,14 +637,14 @@ def render_chart_svg(
     def attr(text: str) -> str:
         return escape(text, {'"': "&quot;"})
 
-    better = "lower" if goal == "min" else "higher"
+    direction = "lower" if goal == "min" else "higher"
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
         f'viewBox="0 0 {_W} {_H}" font-family="sans-serif" font-size="12">',
         f"<title>{escape(metric_name)} per round</title>",
         f'<rect x="0" y="0" width="{_W}" height="{_H}" fill="#ffffff"/>',
         f'<text x="{_W / 2:.1f}" y="24" text-anchor="middle" font-size="15">'
-        f"{escape(metric_name)} per round ({better} is better)</text>",
+        f"{escape(metric_name)} per round ({direction} is better)</text>",
         f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + plot_h}" stroke="#444"/>',
         f'<line x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{_LEFT + plot_w}" y2="{_TOP + plot_h}" '
         'stroke="#444"/>',
@@ -684,7 +682,7 @@ def render_chart_svg(
             best_path.append(f"M {x:.1f} {sy(best):.1f}")
             continue
         best_path.append(f"H {x:.1f}")
-        if _better(rec.primary_metric, best, goal):
+        if better(rec.primary_metric, best, goal):
             best = rec.primary_metric
             best_path.append(f"V {sy(best):.1f}")
     if best_path:

@@ -1,7 +1,7 @@
 // Plain SVG charts: the final metric per round (with the baseline and the best-so-far
 // step line) and a round's live metric curves. Drawn from scratch on each update.
 
-import { better, fmtNum, h, s } from "./dom.js";
+import { fmtNum, h, s } from "./dom.js";
 
 const W = 560;
 const H = 240;
@@ -110,7 +110,8 @@ function scales(xs, ys, { padY = 0.08 } = {}) {
 }
 
 /**
- * Final metric per round. ``rounds``: [{index, metric, verdict, status}], ``baseline``:
+ * Final metric per round. ``rounds``: [{index, metric, best, verdict, status}] (``best``: the
+ * session's best metric once the round finished), ``baseline``:
  * the baseline's metric or null, ``goal``: "min" | "max".
  */
 export function roundChart({ rounds, baseline, goal, metricName, maxRounds }) {
@@ -131,24 +132,25 @@ export function roundChart({ rounds, baseline, goal, metricName, maxRounds }) {
       s("text", { x: W - PAD.right - 4, y: sy(baseline) - 5, "text-anchor": "end", class: "baseline-label" }, "baseline"),
     );
   }
-  // best so far: a step line through the running best
+  // best so far: a step line through the session's best after each round (``best``,
+  // decided by the daemon: goal, tolerance and noise floor; the page compares nothing)
   let best = null;
   const d = [];
   for (const r of scored) {
+    if (typeof r.best !== "number") continue;
     const x = sx(r.index).toFixed(1);
-    if (best === null) {
-      best = r.metric;
-      d.push(`M${x},${sy(best).toFixed(1)}`);
-    } else {
+    if (best === null) d.push(`M${x},${sy(r.best).toFixed(1)}`);
+    else {
       d.push(`H${x}`);
-      if (better(r.metric, best, goal)) {
-        best = r.metric;
-        d.push(`V${sy(best).toFixed(1)}`);
-      }
+      if (r.best !== best) d.push(`V${sy(r.best).toFixed(1)}`);
     }
+    best = r.best;
   }
-  d.push(`H${sx(xs[1]).toFixed(1)}`);
-  svg.append(s("path", { d: d.join(" "), class: "best-line" }));
+  if (best === null) d.length = 0;
+  if (d.length) {
+    d.push(`H${sx(xs[1]).toFixed(1)}`);
+    svg.append(s("path", { d: d.join(" "), class: "best-line" }));
+  }
   for (const r of scored) {
     const marker = MARKER_OF.get(r.verdict || null) || "pt-other";
     shown.add(marker);

@@ -103,10 +103,6 @@ export function fmtChange(baseline, value) {
   return `${sign}${Math.abs(pct).toFixed(1)} %`;
 }
 
-export function better(a, b, goal) {
-  return goal === "max" ? a > b : a < b;
-}
-
 // A verdict's badge kind (verdicts are the judge's words, not statuses).
 const VERDICT_KIND = { kept: "ok", baseline: "info", neutral: "muted", rejected: "bad" };
 

@@ -16,7 +16,11 @@ from trainee.store.records import RoundRecord, SessionRecord
 def test_the_views_have_every_field_of_their_records_but_the_hidden_ones() -> None:
     shown = set(SessionRecord.__struct_fields__) - HIDDEN_SESSION_FIELDS
     assert set(SessionView.__struct_fields__) == shown
-    assert set(RoundView.__struct_fields__) == {*RoundRecord.__struct_fields__, "idle_for"}
+    assert set(RoundView.__struct_fields__) == {
+        *RoundRecord.__struct_fields__,
+        "idle_for",
+        "best_after",
+    }
 
 
 def test_the_error_table_gives_every_class_a_code_an_exit_status_and_a_status() -> None:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from trainee.errors import ConfigError, InvalidParams
-from trainee.metrics import Extractor, MetricPoint, RoundMetrics, better, primary_goal
-from trainee.spec import Goal, MetricSpec
+from trainee.metrics import Extractor, MetricPoint, RoundMetrics
+from trainee.spec import MetricSpec
 
 from .helpers import extractor, spec
 
@@ -70,17 +69,6 @@ def test_specs_present_means_builtin_loss_is_not_required() -> None:
     r = ex.result()
     assert r.missing_required == []
     assert r.primary == "f1"
-
-
-def test_primary_goal_and_better() -> None:
-    assert primary_goal([]) == Goal.MIN
-    assert primary_goal([spec("acc", "stdout_regex", "acc=(.*)", goal="max")]) == Goal.MAX
-    assert better(0.1, 0.2, Goal.MIN)
-    assert not better(0.2, 0.1, "min")
-    assert better(0.9, 0.8, "max")
-    assert not better(0.8, 0.8, Goal.MAX), "equal is not better"
-    assert not better(math.nan, 0.8, Goal.MIN)
-    assert not better(-math.inf, 0.8, Goal.MIN)
 
 
 def test_points_are_thinned_evenly_and_the_final_stays_exact() -> None:

@@ -21,21 +21,15 @@ export async function loadProjects(ctx) {
 
 const projectInfo = new Map();
 
-/** The primary metric's name and goal of a project (cached; min when unknown). */
-export async function metricInfo(root) {
+/** A project's ``project_get`` result (cached; null when it does not load). */
+export async function projectOf(root) {
   if (!projectInfo.has(root)) {
-    const info = call("project_get", { project_root: root })
-      .then((p) => {
-        const spec = (p.project.metrics && p.project.metrics.specs && p.project.metrics.specs[0]) || null;
-        return { name: spec ? spec.name : "loss", goal: spec ? spec.goal : "min", project: p };
-      })
-      .catch(() => ({ name: "metric", goal: "min", project: null }));
-    projectInfo.set(root, info);
+    projectInfo.set(root, call("project_get", { project_root: root }).catch(() => null));
   }
   return projectInfo.get(root);
 }
 
-export function forgetMetricInfo(root) {
+export function forgetProject(root) {
   projectInfo.delete(root);
 }
 
@@ -151,9 +145,9 @@ export function startForm(ctx, root, { onStarted } = {}) {
     out,
   );
   // The project's policy when it can run here, else one that needs no provider.
-  Promise.all([metricInfo(root), call("runtime_provider_get").catch(() => null)]).then(([info, view]) => {
+  Promise.all([projectOf(root), call("runtime_provider_get").catch(() => null)]).then(([got, view]) => {
     if (touched) return;
-    const p = info.project && info.project.project;
+    const p = got && got.project;
     const own = (p && p.decision && p.decision.policy) || null;
     const configured = Boolean(view) && view.failover_order.some((n) => view.providers[n] && view.providers[n].configured);
     const runnable = (name) => policyNames().includes(name) && (!needsProvider(name) || configured);

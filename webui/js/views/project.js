@@ -5,7 +5,7 @@
 
 import { call } from "../api.js";
 import { fmtValue, h, replace } from "../dom.js";
-import { errorBox, forgetMetricInfo } from "./common.js";
+import { errorBox, forgetProject } from "./common.js";
 
 const NEW_PROJECT = {
   version: 1,
@@ -373,7 +373,7 @@ class ProjectEditor {
       const p = await call("project_register", params);
       this.model = { project: p.project, tuning: p.tuning };
       this.registered = true;
-      forgetMetricInfo(this.root);
+      forgetProject(this.root);
       this.render();
       replace(this.saveOut, h("span.ok", { role: "status" }, "Saved project.yaml and tuning.yaml."));
       replace(this.status);

@@ -8,7 +8,7 @@ import { ApiError, call, EventStream, roundLog, roundMetrics, fileUrl } from "..
 import { curveChart, roundChart } from "../charts.js";
 import { badge, emptyState, fmtChange, fmtDuration, fmtNum, fmtTime, fmtValue, h, replace, tag } from "../dom.js";
 import { LogView } from "../logview.js";
-import { errorBox, metricInfo } from "./common.js";
+import { errorBox } from "./common.js";
 import { openReport } from "./report.js";
 import { AnalysisPanel } from "./analysis.js";
 import { openRound } from "./round.js";
@@ -118,11 +118,8 @@ export class SessionView {
   async reload() {
     this.loading = true;
     try {
-      const [state, info] = await Promise.all([
-        call("loop_get", { project_root: this.project, session: this.sessionId }),
-        metricInfo(this.project),
-      ]);
-      this.info = info;
+      const state = await call("loop_get", { project_root: this.project, session: this.sessionId });
+      this.info = state.metric;
       this.session = state.session;
       this.running = state.running;
       this.rounds = new Map(state.rounds.map((r) => [r.index, r]));
@@ -257,6 +254,7 @@ export class SessionView {
           returncode: d.returncode,
           ended_at: e.ts,
           duration_sec: d.duration_sec,
+          best_after: d.best_round || null,
         });
         if (this.session && d.best_round) this.session.best_round = d.best_round;
         if (this.session && d.round === 1) this.session.baseline_round = 1;
@@ -530,7 +528,7 @@ export class SessionView {
   }
 
   renderRoundChart() {
-    const rounds = this.sortedRounds().map((r) => ({ index: r.index, metric: r.primary_metric, verdict: r.verdict, status: r.status }));
+    const rounds = this.sortedRounds().map((r) => ({ index: r.index, metric: r.primary_metric, best: this.metricOf(r.best_after), verdict: r.verdict, status: r.status }));
     replace(
       this.roundChartBox,
       roundChart({
