@@ -8,8 +8,8 @@ for a rung to fill: a promotion happens as soon as a rung has enough results (``
 of them for the first one). When nothing can be promoted, a new candidate starts at
 rung 1.
 
-Rounds are ranked with the research state's one comparison (:func:`better`); a round
-of a rung without a value (failed, timed out, pruned without a metric) counts as a
+Rounds are ranked with the one metric comparison (:func:`trainee.spec.primary.better`);
+a round of a rung without a value (failed, timed out, pruned without a metric) counts as a
 result of that rung, ranks last and is never promoted. Rungs are numbered from 1; the
 last rung is the full budget, the only one whose results are compared with the best.
 No I/O: the session (trainee/session/screening.py) builds the results from the store.
@@ -22,7 +22,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainee.research.state import better, format_metric
+from trainee.research.state import format_metric
+from trainee.spec.primary import better
 from trainee.states import RoundStatus
 
 __all__ = [
