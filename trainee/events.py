@@ -63,6 +63,8 @@ __all__ = [
     "RoundData",
     "RoundFinished",
     "RoundFinishedEvent",
+    "RoundPromoted",
+    "RoundPromotedEvent",
     "RoundReadopted",
     "RoundReadoptedEvent",
     "RoundRerun",
@@ -210,6 +212,11 @@ class RoundStarted(RoundData, kw_only=True):
     gpus: Annotated[
         list[int] | None, _doc("the GPUs the round was given (launch.gpus); None without")
     ] = None
+    rung: Annotated[int, _doc("its run.screen rung (1 = the lowest); 0 without screening")] = 0
+    budget: Annotated[float | None, _doc("its run.screen budget; None without screening")] = None
+    promoted_from: Annotated[
+        int | None, _doc("the round it was promoted from (run.screen); None otherwise")
+    ] = None
 
 
 class RoundReadopted(RoundData, kw_only=True):
@@ -224,6 +231,15 @@ class RoundRerun(RoundData, kw_only=True):
     """The round's job was lost: it runs again with the same params."""
 
     attempt: int
+
+
+class RoundPromoted(RoundData, kw_only=True):
+    """``run.screen`` promoted a round's params to the next rung: this new round."""
+
+    from_round: Annotated[int, _doc("the round whose result earned the promotion")]
+    rung: Annotated[int, _doc("the rung it runs at (1 = the lowest)")]
+    budget: Annotated[float, _doc("the budget argument's value at that rung")]
+    reason: Annotated[str, _doc("why, in one line (its rank among the rung's results)")]
 
 
 class OutputLine(msgspec.Struct, kw_only=True):
@@ -345,6 +361,10 @@ class RoundRerunEvent(_Typed, kw_only=True, tag="round.rerun"):
     data: RoundRerun
 
 
+class RoundPromotedEvent(_Typed, kw_only=True, tag="round.promoted"):
+    data: RoundPromoted
+
+
 class OutputEvent(_Typed, kw_only=True, tag="output"):
     data: Output
 
@@ -379,6 +399,7 @@ AnyEvent: TypeAlias = (
     | RoundStartedEvent
     | RoundReadoptedEvent
     | RoundRerunEvent
+    | RoundPromotedEvent
     | OutputEvent
     | MetricEvent
     | ActivityEvent

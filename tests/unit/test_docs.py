@@ -22,6 +22,7 @@ SECTIONS: dict[str, type[msgspec.Struct]] = {
     "run.limits": files.LimitsSpec,
     "run.prune": files.PruneSpec,
     "run.noise": files.NoiseSpec,
+    "run.screen": files.ScreenSpec,
     "output": files.OutputSpec,
     "metrics": files.MetricsSpec,
     "metrics.specs[]": files.MetricSpec,

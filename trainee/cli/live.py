@@ -283,6 +283,7 @@ class LiveView:
             ev.RoundStateEvent: self.on_round_state,
             ev.RoundReadoptedEvent: self.on_round_readopted,
             ev.RoundRerunEvent: self.on_round_rerun,
+            ev.RoundPromotedEvent: self.on_round_promoted,
             ev.OutputEvent: self.on_output,
             ev.MetricEvent: self.on_metric,
             ev.RoundFinishedEvent: self.on_round_finished,
@@ -360,6 +361,13 @@ class LiveView:
 
     def on_round_rerun(self, d: ev.RoundRerun) -> None:
         self.say(f"round {d.round}: its monitor was lost; running it again", "yellow")
+
+    def on_round_promoted(self, d: ev.RoundPromoted) -> None:
+        self.say(
+            f"round {d.round}: round {d.from_round}'s params promoted to rung {d.rung} "
+            f"(budget {fmt_value(d.budget)}): {d.reason}",
+            "cyan",
+        )
 
     def on_output(self, d: ev.Output) -> None:
         several = len(self.progress.active) > 1

@@ -405,7 +405,11 @@ def _status(r: RoundSummary) -> str:
     if r.status == RoundStatus.PRUNED and r.error:
         return _cell(r.error, 240)  # "pruned: median rule: val_loss 0.91 at step 20 ..."
     kind = failure_kind(r.failure_tail) if r.status in _FAILED else None
-    return f"{r.status}: {kind}" if kind else r.status
+    text = f"{r.status}: {kind}" if kind else r.status
+    if r.rung:  # run.screen: "completed (rung 1 of 3, budget 2)"
+        full = ", full budget" if r.rung == r.rungs else ""
+        text += f" (rung {r.rung} of {r.rungs}, budget {format_metric(r.budget)}{full})"
+    return text
 
 
 def _window(state: ResearchState, max_rounds: int) -> tuple[list[RoundSummary], list[RoundSummary]]:

@@ -77,6 +77,18 @@ class RoundSummary(msgspec.Struct, kw_only=True):
     failure_tail: list[str]
     error: str = ""
     """Why the round ended early: a prune's reason (``pruned: median rule: ...``)."""
+    rung: int = 0
+    """``run.screen``: the rung it ran at (1 the lowest budget), 0 without screening."""
+    rungs: int = 0
+    """``run.screen``: how many rungs there are (the last is the full budget)."""
+    budget: float | None = None
+    """``run.screen``: the budget it ran with."""
+
+    @property
+    def low_budget(self) -> bool:
+        """Run below the full budget (a screening rung): its result is ranked within its
+        rung only, never compared with the baseline or the best."""
+        return 0 < self.rung < self.rungs
 
 
 class RecentRound(msgspec.Struct, kw_only=True):
@@ -284,11 +296,20 @@ def _record(state: ResearchState, summary: RoundSummary) -> tuple[ResearchState,
             and bool(summary.diff)
             and set(summary.diff) <= {noise.seed}
         )
-        if noise is not None and (baseline is None or repeat):
+        if summary.low_budget:
+            repeat = False
+        if noise is not None and (baseline is None or repeat) and not summary.low_budget:
             noise = msgspec.structs.replace(
                 noise, values=[*noise.values, metric], rounds=[*noise.rounds, summary.index]
             )
-        if baseline is None or best is None or best.metric is None:
+        if summary.low_budget:
+            verdict = NEUTRAL
+            reason = (
+                f"screening rung {summary.rung} of {summary.rungs} (budget "
+                f"{format_metric(summary.budget)}): {name} {format_metric(metric)}, a low-budget "
+                "result ranked within its rung only, never compared with the best"
+            )
+        elif baseline is None or best is None or best.metric is None:
             verdict = BASELINE
             reason = f"baseline: first completed round, {name} {format_metric(metric)}"
         elif repeat:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from trainee.policies.base import Policy
 from trainee.research.prune import pruned_reason
+from trainee.research.screen import told_status
 from trainee.research.state import (
     DecisionBudget,
     NoiseFloor,
@@ -49,8 +50,9 @@ class Budgets:
     max_usd: float | None = None
 
 
-def round_summary(r: RoundRecord) -> RoundSummary:
-    """A stored round as the research state records it (its verdict is judged again)."""
+def round_summary(r: RoundRecord, rungs: int = 0) -> RoundSummary:
+    """A stored round as the research state records it (its verdict is judged again);
+    ``rungs``: how many ``run.screen`` has."""
     return RoundSummary(
         index=r.index,
         status=r.status,
@@ -65,15 +67,19 @@ def round_summary(r: RoundRecord) -> RoundSummary:
         duration_sec=(r.ended_at - r.started_at) if r.ended_at and r.started_at else None,
         failure_tail=r.failure_tail,
         error=pruned_reason(r.warnings) if r.status == RoundStatus.PRUNED else "",
+        rung=r.rung if rungs else 0,
+        rungs=rungs if r.rung else 0,
+        budget=r.budget,
     )
 
 
 def rebuild_state(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> ResearchState:
     """The research state after the finished ``rounds`` (in order), for ``spec``'s metric."""
     state = _empty_state(spec)
+    rungs = _rungs(spec)
     for r in rounds:
         if r.status in ROUND_FINISHED:
-            state, _ = record_round(state, round_summary(r))
+            state, _ = record_round(state, round_summary(r, rungs))
     return state
 
 
@@ -85,7 +91,7 @@ def best_after_each(spec: ProjectSpec, rounds: Iterable[RoundRecord]) -> dict[in
     best: dict[int, int | None] = {}
     for r in sorted(rounds, key=lambda r: r.index):
         if r.status in ROUND_FINISHED:
-            state, _ = record_round(state, round_summary(r))
+            state, _ = record_round(state, round_summary(r, _rungs(spec)))
             best[r.index] = state.best.index if state.best is not None else None
     return best
 
@@ -101,11 +107,16 @@ def _empty_state(spec: ProjectSpec) -> ResearchState:
     )
 
 
-def observe_history(policy: Policy, rounds: Iterable[RoundRecord]) -> None:
-    """Tell ``policy`` the results of the finished rounds after the baseline (resume)."""
+def _rungs(spec: ProjectSpec) -> int:
+    return len(spec.run.screen.rungs) if spec.run.screen is not None else 0
+
+
+def observe_history(policy: Policy, rounds: Iterable[RoundRecord], rungs: int = 0) -> None:
+    """Tell ``policy`` the results of the finished rounds after the baseline (resume); a
+    round below ``run.screen``'s full budget (``rungs``) as a trial stopped at a rung."""
     for r in rounds:
         if r.status in ROUND_FINISHED and r.index > 1:
-            policy.observe(r.params, r.primary_metric, r.status)
+            policy.observe(r.params, r.primary_metric, told_status(r.status, r.rung, rungs))
 
 
 def counted_rounds(done: Iterable[RoundRecord]) -> int:

@@ -36,6 +36,7 @@ from trainee.launch.backends import Backend, JobRef, JobState, RoundJob
 from trainee.launch.backends.base import clear_job_files
 from trainee.launch.layout import CONTROL_LAYOUT, ProjectLayout, RoundLayout, SessionLayout
 from trainee.launch.render import build_env, job_cwd, relative_base, render_round
+from trainee.launch.rungs import spec_at_rung
 from trainee.launch.sandbox import wrap
 from trainee.metrics.extract import Extractor, MetricPoint
 from trainee.monitor.activity import Activity
@@ -110,7 +111,8 @@ class RoundRun:
 
     def __init__(self, ctx: RoundContext, spec: ProjectSpec, rec: RoundRecord) -> None:
         self.ctx = ctx
-        self.spec = spec
+        # run.screen: the budget argument at the round's rung (and the resume argument)
+        self.spec = spec_at_rung(spec, rec.rung, rec.promoted_from, ctx.session_layout)
         self.rec = rec
         self.early = EarlyEnd()
         """Ends the round early (a prune rule, an agent), whichever attempt runs."""
@@ -283,6 +285,9 @@ class RoundRun:
                 job_id=ref.job_id,
                 batch=rec.batch,
                 gpus=list(self._slot) if self._slot is not None else None,
+                rung=rec.rung,
+                budget=rec.budget,
+                promoted_from=rec.promoted_from,
             )
         )
         return ref, job
@@ -514,6 +519,9 @@ class RoundRun:
                 duration_sec=exit_info.duration_sec,
                 failure_tail=failure_tail,
                 error=(exit_info.error or "") if status == RoundStatus.PRUNED else "",
+                rung=rec.rung,
+                rungs=len(self.spec.run.screen.rungs) if self.spec.run.screen and rec.rung else 0,
+                budget=rec.budget,
             )
         )
         self.rec = await ctx.store.update_round(

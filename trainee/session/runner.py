@@ -36,6 +36,7 @@ from trainee.research.state import (
     record_round,
     state_to_json,
 )
+from trainee.session import screening
 from trainee.session.bus import EventBus
 from trainee.session.decisions import decision_event, decision_record
 from trainee.session.hints import failure_hint
@@ -223,7 +224,7 @@ class SessionRunner:
             spec, self.record, len([r for r in rounds if r.index > 1])
         )
         self.policy = policy
-        observe_history(policy, rounds)
+        observe_history(policy, rounds, screening.rungs_of(spec))
         self._baseline_params = {t.name: t.baseline for t in spec.tunables}
         if not self.record.baseline_round:
             self.emit(
@@ -267,6 +268,8 @@ class SessionRunner:
             repeats = self._noise_repeats(spec, done, self._baseline_params)
             if repeats:  # run.noise: the baseline's configuration on other seeds first
                 plans = [(None, p) for p in repeats]
+            elif spec.run.screen is not None:  # cheap screening: one free slot at a time
+                return await screening.Screening(self, spec, policy).run()
             else:
                 decided = await self._decided_plans(policy, spec, done, index, step)
                 if isinstance(decided, tuple):
@@ -372,6 +375,7 @@ class SessionRunner:
         p: Proposal | None,
         *,
         batch: int = 0,
+        rung: dict[str, Any] | None = None,
     ) -> RoundRecord:
         rec = RoundRecord(
             session=self.record.index,
@@ -384,6 +388,7 @@ class SessionRunner:
             expected=p.plan.expected if p else "",
             backend=self.backend.name if self.backend is not None else "local",
             batch=batch,
+            **(screening.rung_fields(self.spec) if rung is None else rung),  # run.screen
         )
         return await self.store.upsert_round(rec)
 
@@ -557,7 +562,7 @@ class SessionRunner:
 
     def _observe(self, policy: Policy, summary: RoundSummary) -> None:
         if summary.index > 1:
-            policy.observe(summary.params, summary.metric, summary.status)
+            policy.observe(summary.params, summary.metric, screening.told(summary))
 
     # -- outputs ------------------------------------------------------------------------
 
@@ -588,6 +593,7 @@ class SessionRunner:
                     noise=state.noise.describe(metric or "metric")
                     if state and state.noise
                     else None,
+                    screen=screening.screen_view(self.spec),
                 )
 
         await anyio.to_thread.run_sync(write)

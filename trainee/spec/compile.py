@@ -56,6 +56,7 @@ from trainee.spec.files import (
 from trainee.spec.integrations import notify_url_problem, tracking_uri_problem
 from trainee.spec.placeholders import placeholders_in
 from trainee.spec.regexcheck import check_pattern
+from trainee.spec.screencheck import check_screen
 
 __all__ = [
     "HYDRA_CONFIG_FLAGS",
@@ -323,6 +324,9 @@ class _Compiler:
         self._check_integrations()
         tunables = self._check_params()
         self._check_noise(tunables)
+        problem = check_screen(self.project, self.tuning)
+        if problem is not None:
+            raise self.fail(self.psrc, *problem)
         constraints = self._check_constraints(tunables)
         return ProjectSpec(
             project_root=str(self.root),

@@ -54,6 +54,7 @@ __all__ = [
     "PruneRule",
     "PruneSpec",
     "RunSpec",
+    "ScreenSpec",
     "SecurityMode",
     "SignalSourceSpec",
     "SignalType",
@@ -330,6 +331,24 @@ class NoiseSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     margin: Annotated[float, Meta(gt=0, le=100)] = 1.0
 
 
+class ScreenSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``run.screen`` (opt-in): cheap screening, ASHA-style successive halving. ``budget``
+    is the flag of a constant argument (``run.fixed_args`` or ``launch.args``) whose value
+    is the full budget (epochs, steps...); ``rungs`` are the budgets a candidate is tried
+    at, increasing, the last one the full budget (that value). A new candidate runs at
+    the first rung; as soon as a rung has results, the best ``1/eta`` of them (at least
+    ``eta`` results for one) is promoted to the next rung. ``resume``: the argument a
+    promoted round gets to continue from the round it was promoted from (its value may
+    use ``{from_outputs_dir}`` and ``{from_round_dir}``); without it a promoted round runs
+    again from the start at the higher budget. Only full-budget results can become the
+    best."""
+
+    budget: ArgFlag
+    rungs: Annotated[tuple[int | float, ...], Meta(min_length=2, max_length=16)]
+    eta: Annotated[float, Meta(gt=1, le=100)] = 3.0
+    resume: ArgSpec | None = None
+
+
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``max_session_minutes``: a wall-time budget for the whole session (checked
     before each decision; a running round is never cut short by it)."""
@@ -343,10 +362,12 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     and runs them together on the backend (budgets still count rounds)."""
     limits: LimitsSpec = msgspec.field(default_factory=LimitsSpec)
     prune: PruneSpec | None = None
-    noise: NoiseSpec | None = None
-    """Noise-aware acceptance of a new best (see :class:`NoiseSpec`)."""
     """Early stopping of losing rounds (see :class:`PruneSpec`); None: every round runs
     to its end."""
+    noise: NoiseSpec | None = None
+    """Noise-aware acceptance of a new best (see :class:`NoiseSpec`)."""
+    screen: ScreenSpec | None = None
+    """Cheap screening at low budgets first (see :class:`ScreenSpec`)."""
 
 
 class LlmBudgetSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -28,9 +28,11 @@ from trainee.spec.wire import SessionAnalysis
 from trainee.states import RoundStatus
 from trainee.store.records import DecisionRecord, RoundRecord, SessionRecord, to_builtins
 from trainee.store.report_views import analysis_section, analysis_views
+from trainee.store.screen_report import ScreenView, screen_lines
 
 __all__ = [
     "CHART_NAME",
+    "LEDGER_SCREEN_COLUMNS",
     "LEDGER_TAIL_COLUMNS",
     "ArtifactLayout",
     "ledger_rows",
@@ -58,6 +60,8 @@ LEDGER_TAIL_COLUMNS = (
     "backend",
     "job_id",
 )
+LEDGER_SCREEN_COLUMNS = ("rung", "budget", "promoted_from")
+"""Last, when a round ran at a ``run.screen`` rung."""
 _PARAM_PREFIX = "param."
 _SPARKS = "▁▂▃▄▅▆▇█"
 _GOALS = tuple(str(g) for g in Goal)
@@ -166,8 +170,10 @@ def render_ledger_csv(session: SessionRecord, rounds: Sequence[RoundRecord]) -> 
     params = _param_names(ordered)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
+    screened = any(rec.rung for rec in ordered)
+    screen = LEDGER_SCREEN_COLUMNS if screened else ()
     writer.writerow(
-        [*LEDGER_HEAD_COLUMNS, *(_PARAM_PREFIX + p for p in params), *LEDGER_TAIL_COLUMNS]
+        [*LEDGER_HEAD_COLUMNS, *(_PARAM_PREFIX + p for p in params), *LEDGER_TAIL_COLUMNS, *screen]
     )
     for rec in ordered:
         writer.writerow(
@@ -185,6 +191,11 @@ def render_ledger_csv(session: SessionRecord, rounds: Sequence[RoundRecord]) -> 
                 rec.batch,
                 rec.backend,
                 _cell(rec.job_id),
+                *(
+                    (_cell(rec.rung or None), _cell(rec.budget), _cell(rec.promoted_from))
+                    if screened
+                    else ()
+                ),
             ]
         )
     return buffer.getvalue()
@@ -308,6 +319,7 @@ def render_report(
     decisions: Sequence[DecisionRecord] | None = None,
     noise: str | None = None,
     analysis: SessionAnalysis | None = None,
+    screen: ScreenView | None = None,
 ) -> str:
     """The Markdown session report (links ``report_chart.svg`` when any round has a metric,
     and the analysis SVGs of :mod:`trainee.store.report_views` given ``analysis``)."""
@@ -381,6 +393,8 @@ def render_report(
         lines += analysis_section(analysis)
     lines += _round_table(ordered, metric_name, baseline, best)
     lines += _pruned_lines(ordered)
+    if screen is not None:
+        lines += screen_lines(ordered, screen, metric_name)
     if decisions:
         lines += _decision_table(decisions)
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -698,15 +712,18 @@ def write_report(
     decisions: Sequence[DecisionRecord] | None = None,
     tunables: Sequence[TunableSpec] = (),
     noise: str | None = None,
+    screen: ScreenView | None = None,
 ) -> Path:
     """Write ``report.md`` and, when any round has a metric, ``report_chart.svg`` beside it,
     with the analysis views (importance, parallel coordinates, slices) as SVG files.
     ``noise``: the baseline's mean ± spread over seeds (``run.noise``), when measured."""
     ordered = _ordered(session, rounds)
     baseline, best = _baseline_and_best(session, ordered, _check_goal(goal))
+    # run.screen: the analysis views compare full-budget results only
+    top = len(screen.rungs) if screen is not None else 0
     analysis = build_analysis(
         session.id,
-        ordered,
+        [r for r in ordered if not 0 < r.rung < top],
         tunables,
         metric=metric_name,
         goal=goal,
@@ -721,6 +738,7 @@ def write_report(
         decisions=decisions,
         analysis=analysis,
         noise=noise,
+        screen=screen,
     )
     svg = render_chart_svg(
         ordered,

@@ -169,7 +169,15 @@ DROP TABLE IF EXISTS projects;
 """The daemon's known projects are its projects.json (``projects_list``), not a table of
 each project's database: the ``projects`` table was never written by a released version."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+_V6 = """
+ALTER TABLE rounds ADD COLUMN rung INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE rounds ADD COLUMN budget REAL;
+ALTER TABLE rounds ADD COLUMN promoted_from INTEGER;
+"""
+"""Cheap screening (``run.screen``): the rung a round ran at (0: no screening), its
+budget, and the round it was promoted from."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -130,6 +130,13 @@ class RoundRecord(Record, kw_only=True):
     control_layout: int = 2
     """Where the launch's control files are: 2, ``<data_dir>/control/...``; 1, the round's
     workspace (rounds launched before trainee kept them apart from the job)."""
+    rung: int = 0
+    """``run.screen``: the rung the round ran at (1 the lowest budget; the last rung is the
+    full budget); 0 without screening."""
+    budget: float | None = None
+    """``run.screen``: the value of the budget argument the round ran with."""
+    promoted_from: int | None = None
+    """``run.screen``: the round of the rung below it was promoted from."""
 
     def __post_init__(self) -> None:
         if self.status not in ROUND_STATUSES:

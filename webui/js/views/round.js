@@ -186,6 +186,7 @@ function summary(r) {
     fact("Outcome", r.verdict ? h("span", {}, badge(r.verdict), " ", r.verdict_reason || "") : "–"),
     r.prune_reason ? fact("Ended early", r.prune_reason) : null,
     fact("Metric", fmtNum(r.primary_metric)),
+    r.rung ? fact("Rung", `rung ${r.rung} · budget ${fmtNum(r.budget)}${r.promoted_from != null ? ` · promoted from round ${r.promoted_from}` : ""}`) : null,
     fact("Started", fmtTime(r.started_at)),
     fact("Duration", fmtDuration(duration)),
   );

@@ -205,6 +205,9 @@ export class SessionView {
           command: d.command,
           attempt: d.attempt,
           batch: d.batch ?? (round ? round.batch : 0),
+          rung: d.rung ?? (round ? round.rung : 0),
+          budget: d.budget ?? (round ? round.budget : null),
+          promoted_from: d.promoted_from ?? (round ? round.promoted_from : null),
           backend: d.backend || "local",
           job_id: d.job_id ?? null,
           engine_state: "",
@@ -496,6 +499,9 @@ export class SessionView {
     const sizes = new Map();
     for (const r of rounds) if (r.batch > 0) sizes.set(r.batch, (sizes.get(r.batch) || 0) + 1);
     const steps = [...sizes.values()].some((n) => n > 1);
+    // With run.screen, a Rung column: each round's rung and budget, and its promotions.
+    const rungs = Math.max(0, ...rounds.map((r) => r.rung || 0));
+    const promotedTo = new Map(rounds.filter((r) => r.promoted_from != null).map((r) => [r.promoted_from, r.index]));
     this.tickingCells = [];
     const rows = rounds.map((r) => {
       const active = roundActive(r.status);
@@ -506,6 +512,7 @@ export class SessionView {
         `tr${r.index === this.session.best_round ? ".best-row" : ""}`,
         { dataset: { round: String(r.index), step: String(r.batch || 0) } },
         steps ? h("td.num", {}, String(r.batch || 0)) : null,
+        rungs ? h("td.rung", {}, rungCell(r, rungs, promotedTo)) : null,
         h("td", {}, h("a", { href: this.ctx.sessionHash(this.project, this.sessionId, r.index), "aria-label": `round ${r.index} details` }, String(r.index))),
         h("td", {}, badge(r.status), pruneLine(r)),
         h("td", {}, diffChips(r.diff, r.index)),
@@ -520,7 +527,7 @@ export class SessionView {
       h(
         "table.rounds",
         {},
-        h("thead", {}, h("tr", {}, [...(steps ? ["Step"] : []), "#", "Status", "Params vs baseline", "Hypothesis", "Expected → outcome", this.info.name, "Duration"].map((t) => h("th", { scope: "col" }, t)))),
+        h("thead", {}, h("tr", {}, [...(steps ? ["Step"] : []), ...(rungs ? ["Rung"] : []), "#", "Status", "Params vs baseline", "Hypothesis", "Expected → outcome", this.info.name, "Duration"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, rows),
       ),
     );
@@ -622,4 +629,14 @@ export function diffChips(diff, index) {
       return h("span.chip", { title: `${name}: ${fmtValue(from)} → ${fmtValue(to)}` }, h("b", {}, name), " ", from !== undefined ? `${fmtValue(from)} → ` : "", fmtValue(to));
     }),
   );
+}
+
+/** run.screen: "1 of 2 · budget 2", "→ #5" when promoted from it, "↑ from #3" when promoted. */
+function rungCell(r, rungs, promotedTo) {
+  if (!r.rung) return "–";
+  const full = r.rung === rungs ? " (full)" : "";
+  const parts = [h("span", {}, `${r.rung} of ${rungs} · budget ${fmtNum(r.budget)}${full}`)];
+  if (r.promoted_from != null) parts.push(h("div.muted", {}, `↑ promoted from #${r.promoted_from}`));
+  if (promotedTo.has(r.index)) parts.push(h("div.muted", {}, `→ promoted to #${promotedTo.get(r.index)}`));
+  return parts;
 }
