@@ -56,6 +56,9 @@ SAMPLES: dict[str, ev.EventData] = {
     ),
     "round.readopted": ev.RoundReadopted(round=2, pid=1234, job_id=None, backend="local"),
     "round.rerun": ev.RoundRerun(round=2, attempt=1),
+    "round.promoted": ev.RoundPromoted(
+        round=7, from_round=3, rung=2, budget=6.0, reason="best of 3 at rung 1"
+    ),
     "output": ev.Output(
         round=2,
         lines=[
