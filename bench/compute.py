@@ -69,6 +69,8 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
+from trainee.spec.primary import better
+
 if TYPE_CHECKING:
     from trainee.spec import ProjectSpec
 
@@ -92,7 +94,8 @@ class Round:
     status: str
     seconds: float
     metric: float | None
-    """The primary metric of a completed round (None otherwise)."""
+    """The primary metric of a completed round that may be a best: at the full budget
+    (None otherwise; a ``run.screen`` round below the top rung only ranks candidates)."""
     reports: int | None = None
     """How many values of the primary metric it printed (epochs, for the examples): a
     measure of compute that does not move with the machine's load (None: not read)."""
@@ -106,10 +109,6 @@ class Session:
     rounds: list[Round]
     stop_reason: str = ""
     error: str = ""
-
-
-def better(a: float, b: float, goal: str) -> bool:
-    return a > b if goal == "max" else a < b
 
 
 def curve(rounds: Sequence[Round], goal: str) -> list[tuple[float, float | None]]:
@@ -583,7 +582,10 @@ def run_session(
             if r["started_at"] is not None and r["ended_at"] is not None
             else 0.0
         )
-        metric = r["primary_metric"] if r["status"] == RoundStatus.COMPLETED else None
+        # a screening round below the top rung only ranks candidates: never a best
+        top = len(arm.screen["rungs"]) if arm.screen and arm.screen.get("rungs") else 0
+        full = r.get("rung", 0) in (0, top)
+        metric = r["primary_metric"] if r["status"] == RoundStatus.COMPLETED and full else None
         log = ProjectLayout.for_root(root, daemon.env).session(session_index).round(r["index"]).log
         rounds.append(Round(r["index"], r["status"], seconds, metric, count_reports(log, pattern)))
     session = state["session"]
