@@ -19,34 +19,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.timing import scaled
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _timeout_scale() -> float:
-    """The one factor every deadline of the tests is multiplied by.
-
-    ``TRAINEE_TEST_TIMEOUT_SCALE`` sets it; otherwise it grows on a small or loaded
-    machine: max(1, 4 / CPUs, load average / CPUs), at most 8. Deadlines are upper
-    bounds (nothing sleeps for them), so a larger factor costs time only when a test
-    fails: a fault test never depends on the machine being idle.
-    """
-    raw = os.environ.get("TRAINEE_TEST_TIMEOUT_SCALE", "").strip()
-    if raw:
-        return max(1.0, float(raw))
-    cpus = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
-    return min(8.0, max(1.0, 4 / cpus, load / cpus))
-
-
-TIMEOUT_SCALE = _timeout_scale()
-
-
-def scaled(seconds: float) -> float:
-    """``seconds`` of deadline on this machine (see :func:`_timeout_scale`)."""
-    return seconds * TIMEOUT_SCALE
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

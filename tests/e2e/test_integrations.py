@@ -15,7 +15,6 @@ import http.server
 import importlib.util
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -24,9 +23,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ import yaml  # type: ignore[import-untyped]
 
 from tests.conftest import REPO, Daemon, _kill_leftover_daemons, copy_example, venv_env
 from tests.e2e.test_loop import SESSION, assert_no_training_left, call, run_cli, wait_finished
+from tests.support.timing import wait_for
 from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e
@@ -52,21 +51,6 @@ needs_wandb = _needs("wandb", "wandb")
 needs_apprise = _needs("apprise", "notify")
 SECRET = "hook-secret-token-4711"
 """A token in a notification URL's path: it must show up nowhere but the receiver."""
-
-
-def _pause(seconds: float) -> None:
-    select.select([], [], [], seconds)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        _pause(0.1)
 
 
 def free_port() -> int:
@@ -156,7 +140,7 @@ def mlflow_server() -> Iterator[str]:
         return False
 
     try:
-        wait_for("the mlflow server", healthy, timeout=180)
+        wait_for(healthy, "the mlflow server", interval=0.1, timeout=180)
         yield url
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -369,10 +353,13 @@ def test_a_random_session_lands_in_mlflow_wandb_and_a_webhook(
         },
     )
     state = run_random(daemon, project)
-    wait_for("the MLflow export", lambda: exported(project, "mlflow", 3))
-    wait_for("the W&B export", lambda: exported(project, "wandb", 3))
+    wait_for(lambda: exported(project, "mlflow", 3), "the MLflow export", timeout=60, interval=0.1)
+    wait_for(lambda: exported(project, "wandb", 3), "the W&B export", timeout=60, interval=0.1)
     wait_for(
-        "the finished notification", lambda: any("finished" in t for t in receiver.titles("a"))
+        lambda: any("finished" in t for t in receiver.titles("a")),
+        "the finished notification",
+        timeout=60,
+        interval=0.1,
     )
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -412,12 +399,14 @@ def test_rounds_reach_a_real_mlflow_server(
         {"mlflow": {"tracking_uri": mlflow_server, "experiment": f"mlp-{tmp_path.name}"}},
     )
     state = run_random(daemon, project)
-    wait_for("the MLflow export", lambda: exported(project, "mlflow", 3))
+    wait_for(lambda: exported(project, "mlflow", 3), "the MLflow export", timeout=60, interval=0.1)
     wait_for(
-        "the session run to end",
         lambda: (
             mlflow_runs(mlflow_server, f"mlp-{tmp_path.name}")[SESSION].info.status == "FINISHED"
         ),
+        "the session run to end",
+        timeout=60,
+        interval=0.1,
     )
     check_mlflow(mlflow_server, f"mlp-{tmp_path.name}", state)
     assert not any(r["warnings"] for r in state["rounds"])
@@ -450,7 +439,12 @@ def test_notifications_tell_what_happened_with_the_numbers(
     state = wait_finished(daemon.env, project)
     assert state["session"]["status"] == "failed"  # round 5 ended without its metric
     failed_title = f"trainee: flaky_job {SESSION} failed"
-    wait_for("the failed notification", lambda: failed_title in receiver.titles("b"))
+    wait_for(
+        lambda: failed_title in receiver.titles("b"),
+        "the failed notification",
+        timeout=60,
+        interval=0.1,
+    )
     by_title = {m["title"]: m["message"] for m in receiver.messages("b")}
     page = f"{daemon.http_url}/#/session?project="
 
@@ -507,7 +501,7 @@ def test_a_tracking_server_that_never_answers_holds_nothing(
     try:
         state = run_random(d, project)
         # the export runs beside the loop: it may call only after the session ended
-        wait_for("MLflow calling the tracking server", lambda: bool(held))
+        wait_for(lambda: bool(held), "MLflow calling the tracking server", timeout=60, interval=0.1)
         assert all(not r["warnings"] for r in state["rounds"])  # still waiting: no answer yet
         stop.set()
         acceptor.join()
@@ -516,15 +510,22 @@ def test_a_tracking_server_that_never_answers_holds_nothing(
         hole.close()  # from now on every request is refused at once
         for index in (1, 2, 3):
             wait_for(
-                f"round {index}'s export warning",
                 lambda i=index: any(
                     "MLflow export failed" in w
                     for w in call(d.env, "loop_get", {"project_root": str(project)})["rounds"][
                         i - 1
                     ]["warnings"]
                 ),
+                f"round {index}'s export warning",
+                timeout=60,
+                interval=0.1,
             )
-        wait_for("the failed notification in the log", lambda: "was not sent" in d.log)
+        wait_for(
+            lambda: "was not sent" in d.log,
+            "the failed notification in the log",
+            timeout=60,
+            interval=0.1,
+        )
         events = call(d.env, "events_list", {"session": SESSION, "limit": 10000})
         report = (project / ".trainee" / "artifacts" / SESSION / "report.md").read_text()
         for text in (d.log, json.dumps(events), report):
@@ -553,16 +554,20 @@ def test_a_session_resumed_after_a_daemon_restart_is_told(
         run_cli("run", str(project), "--policy", "random", "--max-rounds", "1", "--unsafe",
                 "--detach", env=d.env)  # fmt: skip
         wait_for(
-            "round 1 to run",
             lambda: (
                 call(d.env, "loop_get", {"project_root": str(project)})["rounds"]
                 and call(d.env, "loop_get", {"project_root": str(project)})["rounds"][0]["status"]
                 == "running"
             ),
+            "round 1 to run",
+            timeout=60,
+            interval=0.1,
         )
         assert d.stop() == 0
         d = start_daemon(runtime)
-        message = wait_for("the resumed notification", lambda: receiver.messages("c"))[0]
+        message = wait_for(
+            lambda: receiver.messages("c"), "the resumed notification", timeout=60, interval=0.1
+        )[0]
         assert message["title"] == f"trainee: flaky_job {SESSION} resumed after a daemon restart"
         assert "0 of 1 round(s) done; round(s) 1 left running" in message["message"]
         state = wait_finished(d.env, project)

@@ -14,7 +14,6 @@ import csv
 import io
 import json
 import os
-import select
 import shutil
 import signal
 import sqlite3
@@ -38,6 +37,7 @@ from tests.conftest import (
     run_cli,
 )
 from tests.fakes.llm_server import FakeLLM
+from tests.support.timing import pause, wait_for
 from trainee.spec import format_float
 
 pytestmark = pytest.mark.e2e
@@ -105,10 +105,6 @@ def loop_get(env: dict[str, str], project: Path, session: str = SESSION) -> dict
     return state
 
 
-def _pause(seconds: float) -> None:
-    select.select([], [], [], seconds)
-
-
 def wait_until(
     env: dict[str, str],
     project: Path,
@@ -118,14 +114,19 @@ def wait_until(
     what: str = "the condition",
 ) -> dict[str, Any]:
     """Poll ``loop_get`` until ``done(state)`` holds; fail with the last state after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    state = loop_get(env, project)
-    while not done(state):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}: {json.dumps(state, indent=1)[-3000:]}")
-        _pause(0.1)
-        state = loop_get(env, project)
-    return state
+    last: list[dict[str, Any]] = []
+
+    def check() -> dict[str, Any] | None:
+        last[:] = [loop_get(env, project)]
+        return last[0] if done(last[0]) else None
+
+    return wait_for(
+        check,
+        what,
+        timeout=timeout,
+        interval=0.1,
+        detail=lambda: json.dumps(last[0], indent=1)[-3000:],
+    )
 
 
 def wait_finished(env: dict[str, str], project: Path, timeout: float = 60.0) -> dict[str, Any]:
@@ -169,7 +170,7 @@ def assert_no_training_left(project: Path, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     left = training_processes(project)
     while left and time.monotonic() < deadline:
-        _pause(0.1)
+        pause(0.1)
         left = training_processes(project)
     for pid, _ in left:  # do not leak them into the next test
         with contextlib.suppress(ProcessLookupError):
@@ -752,7 +753,7 @@ def test_ctrl_c_while_the_session_is_starting_stops_it_as_soon_as_it_exists(
         deadline = time.monotonic() + 30
         while not fake.requests:  # the live test is being answered (slowly)
             assert time.monotonic() < deadline, "the live test never came"
-            _pause(0.05)
+            pause(0.05)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, out + err

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import signal
 import sys
@@ -24,10 +23,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.conftest import Daemon, _kill_leftover_daemons, base_env, scaled
+from tests.conftest import Daemon, _kill_leftover_daemons, base_env
 from tests.e2e.test_loop import training_processes
+from tests.support.timing import pause, scaled, wait_for
 from trainee.rpc.client import RpcClient
 
 TRAIN_PY = """\
@@ -125,10 +123,6 @@ params:
     min_value: 0.001
     max_value: 1.0
 """
-
-
-def pause(seconds: float) -> None:
-    select.select([], [], [], seconds)
 
 
 def make_project(
@@ -241,17 +235,20 @@ class Node:
         timeout: float = 60,
         what: str = "the condition",
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + scaled(timeout)
-        while True:
-            state = self.state(project, session)
-            if done(state):
-                return state
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"timed out waiting for {what}: {json.dumps(state, indent=1)[-3000:]}\n"
-                    f"daemon log tail:\n{self.log[-3000:]}"
-                )
-            pause(0.05)
+        last: list[dict[str, Any]] = []
+
+        def check() -> dict[str, Any] | None:
+            last[:] = [self.state(project, session)]
+            return last[0] if done(last[0]) else None
+
+        return wait_for(
+            check,
+            what,
+            timeout=timeout,
+            detail=lambda: (
+                f"{json.dumps(last[0], indent=1)[-3000:]}\ndaemon log tail:\n{self.log[-3000:]}"
+            ),
+        )
 
     def wait_finished(
         self, project: Path, *, session: str = "session-0001", timeout: float = 60

@@ -18,13 +18,11 @@ import hashlib
 import json
 import math
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -42,6 +40,7 @@ from tests.conftest import (
     venv_env,
 )
 from tests.fakes.llm_server import FakeLLM
+from tests.support.timing import wait_for
 from trainee.llm import client
 from trainee.llm.settings import load_settings
 from trainee.policies.base import Policy, Proposal, RandomPolicy, full_params
@@ -519,17 +518,17 @@ def loop_get(env: dict[str, str], project: Path) -> dict[str, Any]:
     return state
 
 
-def wait_for(
+def wait_state(
     env: dict[str, str], project: Path, done: Callable[[dict[str, Any]], bool], what: str
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + 90
-    state = loop_get(env, project)
-    while not done(state):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}: {json.dumps(state)[-2000:]}")
-        select.select([], [], [], 0.05)
-        state = loop_get(env, project)
-    return state
+    """``loop_get`` of the project's latest session once ``done`` holds for it."""
+    last: list[dict[str, Any]] = []
+
+    def check() -> dict[str, Any] | None:
+        last[:] = [loop_get(env, project)]
+        return last[0] if done(last[0]) else None
+
+    return wait_for(check, what, timeout=90, detail=lambda: json.dumps(last[0])[-2000:])
 
 
 def finished(state: dict[str, Any]) -> bool:
@@ -571,8 +570,8 @@ def test_a_tpe_session_killed_and_resumed_continues_its_study(
             )
             assert result.returncode == 0, result.stderr
             if project == straight:
-                reference = wait_for(env, project, finished, "the uninterrupted session")
-        state = wait_for(
+                reference = wait_state(env, project, finished, "the uninterrupted session")
+        state = wait_state(
             env,
             interrupted,
             lambda s: sum(r["status"] == "completed" for r in s["rounds"]) >= 3,
@@ -581,7 +580,7 @@ def test_a_tpe_session_killed_and_resumed_continues_its_study(
         assert state["session"]["status"] == "running" and len(state["rounds"]) < rounds
         assert d.stop(signal.SIGKILL) == -signal.SIGKILL
         d = start_daemon(runtime)  # resumes the running session
-        resumed = wait_for(env, interrupted, finished, "the resumed session")
+        resumed = wait_state(env, interrupted, finished, "the resumed session")
     finally:
         d.stop()
         _kill_leftover_daemons(d)
@@ -645,7 +644,7 @@ def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
                 env=env,
             )
             assert result.returncode == 0, result.stderr
-            final = wait_for(env, project, finished, "the hybrid session")
+            final = wait_state(env, project, finished, "the hybrid session")
             got = run_cli(
                 "call",
                 "runs_get",
