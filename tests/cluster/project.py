@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import run_cli
-from tests.e2e.test_loop import SESSION
 from tests.e2e.test_resume import PROJECT_YAML, TUNING_YAML  # the same hold project's files
+from tests.support.daemon import run_cli
+from tests.support.loop import SESSION
 
 HOLD_LR = 0.3
 """A round with this lr prints steps while the project's ``hold`` file exists."""

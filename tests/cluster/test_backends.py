@@ -24,10 +24,10 @@ from tests.cluster.project import (
     start_session,
 )
 from tests.cluster.ray_fixtures import ray_cluster  # noqa: F401
-from tests.conftest import Daemon, copy_example, run_cli
-from tests.e2e.test_loop import (  # daemon: one module-scoped daemon per module
+from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import Daemon, copy_example, run_cli
+from tests.support.loop import (  # daemon: one module-scoped daemon per module
     OK,
-    assert_no_training_left,
     check_outputs,
     llm_env,
     plan,
@@ -35,7 +35,7 @@ from tests.e2e.test_loop import (  # daemon: one module-scoped daemon per module
     wait_finished,
     wait_until,
 )
-from tests.fakes.llm_server import FakeLLM
+from tests.support.processes import assert_no_training_left
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 

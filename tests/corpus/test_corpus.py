@@ -28,7 +28,6 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import run_cli
 from tests.corpus.cases import (
     HTTP_CASES,
     LLM_CASES,
@@ -43,9 +42,10 @@ from tests.corpus.cases import (
     YamlCase,
     _plan,
 )
-from tests.e2e.test_loop import OK, SESSION, llm_env
 from tests.fakes.llm_server import FakeLLM
 from tests.faults.helpers import Node, assert_no_orphans, job_env, make_project, node
+from tests.support.daemon import run_cli
+from tests.support.loop import OK, SESSION, llm_env
 from trainee.errors import ConfigError
 
 pytestmark = pytest.mark.e2e

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, base_env, run_cli
 from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import Daemon, base_env, run_cli
 from tests.support.timing import pause
 from trainee.cli import COMMANDS, build_parser
 

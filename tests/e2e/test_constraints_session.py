@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import Daemon, run_cli
-from tests.e2e.test_loop import assert_no_training_left, call, wait_finished
 from tests.integration.sources_project import expected_val_loss, write_project
+from tests.support.daemon import Daemon, run_cli
+from tests.support.loop import call, wait_finished
+from tests.support.processes import assert_no_training_left
 from trainee.spec import load_project
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, _kill_leftover_daemons, run_cli, venv_env
+from tests.support.daemon import Daemon, kill_leftover_daemons, run_cli, venv_env
 
 pytestmark = pytest.mark.e2e
 
@@ -77,7 +77,7 @@ def daemon() -> Iterator[Daemon]:
         yield d
     finally:
         d.stop()
-        _kill_leftover_daemons(d)
+        kill_leftover_daemons(d)
         shutil.rmtree(runtime, ignore_errors=True)
 
 

@@ -31,8 +31,16 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, copy_example, venv_env
-from tests.e2e.test_loop import SESSION, assert_no_training_left, call, run_cli, wait_finished
+from tests.support.daemon import (
+    REPO,
+    Daemon,
+    copy_example,
+    kill_leftover_daemons,
+    run_cli,
+    venv_env,
+)
+from tests.support.loop import SESSION, call, wait_finished
+from tests.support.processes import assert_no_training_left
 from tests.support.timing import wait_for
 from trainee.rpc.client import RpcClient
 
@@ -301,7 +309,7 @@ def daemon() -> Iterator[Daemon]:
         yield d
     finally:
         d.stop()
-        _kill_leftover_daemons(d)
+        kill_leftover_daemons(d)
         shutil.rmtree(runtime, ignore_errors=True)
 
 
@@ -534,7 +542,7 @@ def test_a_tracking_server_that_never_answers_holds_nothing(
         assert code == 0, f"the daemon did not stop by itself: {code}\n{d.log[-3000:]}"
     finally:
         d.stop()
-        _kill_leftover_daemons(d)
+        kill_leftover_daemons(d)
         shutil.rmtree(runtime, ignore_errors=True)
     assert_no_training_left(project)
 
@@ -575,6 +583,6 @@ def test_a_session_resumed_after_a_daemon_restart_is_told(
         assert len(receiver.messages("c")) == 1  # `on` names only resumed
     finally:
         d.stop()
-        _kill_leftover_daemons(d)
+        kill_leftover_daemons(d)
         shutil.rmtree(runtime, ignore_errors=True)
     assert_no_training_left(project)

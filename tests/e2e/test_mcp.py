@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from yaml import safe_load as yaml_safe_load
 
-from tests.conftest import Daemon, copy_example
+from tests.support.daemon import Daemon, copy_example
 from trainee.api.table import registry
 from trainee.errors import TraineeError
 from trainee.rpc.client import RpcClient

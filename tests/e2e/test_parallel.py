@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, copy_example, run_cli
-from tests.e2e.test_loop import (  # daemon: one module-scoped daemon per module
+from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import Daemon, copy_example, run_cli
+from tests.support.loop import (  # daemon: one module-scoped daemon per module
     OK,
     artifacts,
-    assert_no_training_left,
     check_outputs,
     llm_env,
     read_ledgers,
     user_text,
     wait_finished,
 )
-from tests.fakes.llm_server import FakeLLM
+from tests.support.processes import assert_no_training_left
 
 pytestmark = pytest.mark.e2e
 

@@ -22,14 +22,10 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, scaled, venv_env
-from tests.e2e.test_loop import (
-    artifacts,
-    assert_no_training_left,
-    loop_get,
-    read_ledgers,
-    wait_finished,
-)
+from tests.support.daemon import REPO, Daemon, kill_leftover_daemons, venv_env
+from tests.support.loop import artifacts, loop_get, read_ledgers, wait_finished
+from tests.support.processes import assert_no_training_left
+from tests.support.timing import scaled
 from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +45,7 @@ def daemon() -> Iterator[Daemon]:
         yield d
     finally:
         d.stop()
-        _kill_leftover_daemons(d)
+        kill_leftover_daemons(d)
         shutil.rmtree(runtime, ignore_errors=True)
 
 

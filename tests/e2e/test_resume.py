@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon
-from tests.e2e.test_loop import (
+from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import Daemon
+from tests.support.loop import (
     OK,
     SESSION,
     artifacts,
-    assert_no_training_left,
     check_outputs,
     llm_env,
     plan,
@@ -37,7 +37,7 @@ from tests.e2e.test_loop import (
     wait_finished,
     wait_until,
 )
-from tests.fakes.llm_server import FakeLLM
+from tests.support.processes import assert_no_training_left
 
 pytestmark = pytest.mark.e2e
 

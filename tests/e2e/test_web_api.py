@@ -19,12 +19,7 @@ import httpx
 import jsonschema
 import pytest
 
-from tests.conftest import (
-    REPO,
-    Daemon,
-    copy_example,
-    run_cli,
-)
+from tests.support.daemon import REPO, Daemon, copy_example, run_cli
 from tests.support.timing import wait_for
 from trainee.api.table import registry
 

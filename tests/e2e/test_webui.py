@@ -22,8 +22,8 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, base_env
 from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import REPO, Daemon, base_env, kill_leftover_daemons
 
 pytestmark = pytest.mark.e2e
 
@@ -121,7 +121,7 @@ def started(d: Daemon) -> Iterator[Daemon]:
         yield d
     finally:
         d.stop()
-        _kill_leftover_daemons(d)
+        kill_leftover_daemons(d)
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon
 from tests.e2e.test_webui import (  # noqa: F401  (fixtures)
     ARTIFACTS,
     browser,
@@ -25,6 +24,7 @@ from tests.e2e.test_webui import (  # noqa: F401  (fixtures)
     open_dashboard,
     project,
 )
+from tests.support.daemon import Daemon
 from trainee.research.analysis import optuna_available
 
 pytestmark = pytest.mark.e2e

@@ -1,7 +1,7 @@
 """Shared pieces of the fault tests: a tiny controllable project, a restartable daemon,
 RPC over the socket in-process (polling through the CLI would cost a Python start per poll),
 and the orphan checks every fault test ends with. Every deadline here is nominal seconds
-times conftest's one factor (:func:`tests.conftest.scaled`).
+times conftest's one factor (:func:`tests.support.timing.scaled`).
 
 The project's ``train.py`` is stdlib only and reads ``behaviour.json`` from the project
 root at each start (the test rewrites it between rounds; the project stays read-only to
@@ -23,8 +23,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Daemon, _kill_leftover_daemons, base_env
-from tests.e2e.test_loop import training_processes
+from tests.support.daemon import Daemon, base_env, kill_leftover_daemons
+from tests.support.processes import training_processes
 from tests.support.timing import pause, scaled, wait_for
 from trainee.rpc.client import RpcClient
 
@@ -272,7 +272,7 @@ def node() -> Iterator[Node]:
         yield n
     finally:
         n.kill(signal.SIGTERM)
-        _kill_leftover_daemons(n.daemon)
+        kill_leftover_daemons(n.daemon)
         shutil.rmtree(runtime, ignore_errors=True)
 
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_loop import OK, check_outputs, llm_env, plan
 from tests.fakes.llm_server import FakeLLM
 from tests.faults.helpers import Node, assert_no_orphans, make_project, node
+from tests.support.loop import OK, check_outputs, llm_env, plan
 
 pytestmark = pytest.mark.e2e
 

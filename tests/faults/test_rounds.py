@@ -20,20 +20,19 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import scaled
-from tests.e2e.test_loop import SESSION, artifacts, check_outputs
 from tests.faults.helpers import (
     Node,
     assert_no_orphans,
     hwm_kib,
     make_project,
     node,
-    pause,
     rss_kib,
     set_behaviour,
     shim_processes,
     starts_of,
 )
+from tests.support.loop import SESSION, artifacts, check_outputs
+from tests.support.timing import pause, scaled
 from trainee.errors import InvalidState
 from trainee.monitor.tail import MAX_LINE
 

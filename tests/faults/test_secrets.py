@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import scaled
-from tests.e2e.test_loop import OK, SESSION, llm_env, plan
 from tests.fakes.llm_server import FakeLLM
 from tests.faults.helpers import Node, assert_no_orphans, make_project, node
+from tests.support.loop import OK, SESSION, llm_env, plan
+from tests.support.timing import scaled
 
 pytestmark = pytest.mark.e2e
 

@@ -29,8 +29,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import _kill_leftover_daemons, base_env, run_cli, scaled
-from tests.faults.helpers import Node, assert_no_orphans, job_env, pause
+from tests.faults.helpers import Node, assert_no_orphans, job_env
+from tests.support.daemon import base_env, kill_leftover_daemons, run_cli
+from tests.support.timing import pause, scaled
 from trainee.testhooks import CRASH_ENV, PAUSE_ENV
 
 pytestmark = [
@@ -216,7 +217,7 @@ class Race:
 
     def close(self) -> None:
         self.node.kill(signal.SIGTERM)
-        _kill_leftover_daemons(self.node.daemon)
+        kill_leftover_daemons(self.node.daemon)
         assert_no_orphans(self.project)
         shutil.rmtree(self.runtime, ignore_errors=True)
 

@@ -19,8 +19,8 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import REPO
 from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import REPO
 from trainee.llm.client import close_clients
 from trainee.llm.settings import load_settings
 from trainee.policies.base import Policy, RandomPolicy, full_params

@@ -31,15 +31,15 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import (
+from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import (
     REPO,
     Daemon,
-    _kill_leftover_daemons,
     copy_example,
+    kill_leftover_daemons,
     run_cli,
     venv_env,
 )
-from tests.fakes.llm_server import FakeLLM
 from tests.support.timing import wait_for
 from trainee.llm import client
 from trainee.llm.settings import load_settings
@@ -583,7 +583,7 @@ def test_a_tpe_session_killed_and_resumed_continues_its_study(
         resumed = wait_state(env, interrupted, finished, "the resumed session")
     finally:
         d.stop()
-        _kill_leftover_daemons(d)
+        kill_leftover_daemons(d)
     assert reference["session"]["status"] == resumed["session"]["status"] == "finished"
     assert [r["params"] for r in resumed["rounds"]] == [r["params"] for r in reference["rounds"]]
     assert len(resumed["rounds"]) == rounds
@@ -655,7 +655,7 @@ def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
             assert got.returncode == 0, got.stderr
         finally:
             d.stop()
-            _kill_leftover_daemons(d)
+            kill_leftover_daemons(d)
         prompt = user_prompt(fake.requests[-1])
     assert final["session"]["status"] == "finished", final["session"]
     assert final["rounds"][1]["params"] == {**baseline, **s2}

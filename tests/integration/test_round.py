@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import scaled
+from tests.support.timing import scaled
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
 from trainee.research.state import RoundSummary

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import _kill_leftover_daemons
-from tests.faults.helpers import Node, pause
+from tests.faults.helpers import Node
+from tests.support.daemon import kill_leftover_daemons
+from tests.support.timing import pause
 
 SESSION = "session-0001"
 
@@ -295,7 +296,7 @@ def started(layout: Layout) -> Iterator[Node]:
         yield n
     finally:
         n.kill(signal.SIGTERM)
-        _kill_leftover_daemons(n.daemon)
+        kill_leftover_daemons(n.daemon)
 
 
 @contextmanager

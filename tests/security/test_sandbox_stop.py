@@ -23,8 +23,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import scaled
-from tests.support.timing import wait_for
+from tests.support.timing import scaled, wait_for
 from trainee.launch.layout import ProjectLayout, RoundLayout
 from trainee.monitor import stopfile
 from trainee.monitor.process import (

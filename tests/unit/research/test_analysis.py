@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import REPO
+from tests.support.daemon import REPO
 from trainee.launch.layout import ProjectLayout
 from trainee.research import analysis
 from trainee.spec import ProjectSpec, load_project
