@@ -10,11 +10,15 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.daemon import Daemon, base_env, kill_leftover_daemons, started_daemon, venv_env
 from tests.support.timing import scaled
+
+if TYPE_CHECKING:
+    from tests.faults.helpers import Node
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -63,3 +67,28 @@ def daemon(short_dir: Path) -> Iterator[Daemon]:
     """A started daemon; stopped (and checked to be gone) at the end of the test."""
     with started_daemon(short_dir) as d:
         yield d
+
+
+@pytest.fixture(scope="module")
+def module_daemon() -> Iterator[Daemon]:
+    """One daemon for the whole module (``base_env``): sessions of different projects do
+    not meet, and litellm is imported (seconds) once instead of once per test."""
+    with started_daemon(_short_dir("tr-m-"), remove=True) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def module_venv_daemon() -> Iterator[Daemon]:
+    """:func:`module_daemon` whose jobs find this venv's python (numpy, hydra-core)."""
+    with started_daemon(_short_dir("tr-mv-"), venv_env, remove=True) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def module_node() -> Iterator[Node]:
+    """One restartable daemon for the module, called in-process over its socket
+    (:class:`tests.faults.helpers.Node`); stopped and removed at the end."""
+    from tests.faults.helpers import node
+
+    with node() as n:
+        yield n

@@ -301,18 +301,6 @@ def start_daemon(runtime: Path, **env: str) -> Daemon:
     return d
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    runtime = Path(tempfile.mkdtemp(prefix="tr-integ-", dir="/tmp"))
-    d = start_daemon(runtime)
-    try:
-        yield d
-    finally:
-        d.stop()
-        kill_leftover_daemons(d)
-        shutil.rmtree(runtime, ignore_errors=True)
-
-
 def with_integrations(project: Path, integrations: dict[str, Any]) -> Path:
     path = project / ".trainee" / "project.yaml"
     doc = yaml.safe_load(path.read_text())
@@ -350,7 +338,7 @@ def exported(project: Path, sink: str, rounds: int) -> bool:
 @needs_wandb
 @needs_apprise
 def test_a_random_session_lands_in_mlflow_wandb_and_a_webhook(
-    daemon: Daemon, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    module_venv_daemon: Daemon, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project = with_integrations(
         copy_example("mlp-flags", tmp_path),
@@ -360,7 +348,7 @@ def test_a_random_session_lands_in_mlflow_wandb_and_a_webhook(
             "notify": {"urls": [receiver.url("a")]},
         },
     )
-    state = run_random(daemon, project)
+    state = run_random(module_venv_daemon, project)
     wait_for(lambda: exported(project, "mlflow", 3), "the MLflow export", timeout=60, interval=0.1)
     wait_for(lambda: exported(project, "wandb", 3), "the W&B export", timeout=60, interval=0.1)
     wait_for(
@@ -380,33 +368,33 @@ def test_a_random_session_lands_in_mlflow_wandb_and_a_webhook(
     assert (
         f"Best val_loss {best['primary_metric']:.6g} (round {best['index']}" in finished["message"]
     )
-    assert f"{daemon.http_url}/#/session?project=" in finished["message"]
+    assert f"{module_venv_daemon.http_url}/#/session?project=" in finished["message"]
     assert finished["message"].endswith(f"&id={SESSION}")
     assert any("100 % of its round budget" in t for t in receiver.titles("a"))
 
     # the URL is a secret: masked in project_get, and a masked one sent back keeps the saved one
-    shown = call(daemon.env, "project_get", {"project_root": str(project)})
+    shown = call(module_venv_daemon.env, "project_get", {"project_root": str(project)})
     urls = shown["project"]["integrations"]["notify"]["urls"]
     assert SECRET not in json.dumps(shown) and urls[0].startswith("json://****")
     before = (project / ".trainee" / "project.yaml").read_text()
-    call(daemon.env, "project_register",
+    call(module_venv_daemon.env, "project_register",
          {**shown["project"], "tuning": shown["tuning"], "project_root": str(project)})  # fmt: skip
     assert yaml.safe_load((project / ".trainee" / "project.yaml").read_text()) == yaml.safe_load(
         before
     )
-    assert SECRET not in daemon.log
+    assert SECRET not in module_venv_daemon.log
     assert_no_training_left(project)
 
 
 @needs_mlflow
 def test_rounds_reach_a_real_mlflow_server(
-    daemon: Daemon, mlflow_server: str, tmp_path: Path
+    module_venv_daemon: Daemon, mlflow_server: str, tmp_path: Path
 ) -> None:
     project = with_integrations(
         copy_example("mlp-flags", tmp_path),
         {"mlflow": {"tracking_uri": mlflow_server, "experiment": f"mlp-{tmp_path.name}"}},
     )
-    state = run_random(daemon, project)
+    state = run_random(module_venv_daemon, project)
     wait_for(lambda: exported(project, "mlflow", 3), "the MLflow export", timeout=60, interval=0.1)
     wait_for(
         lambda: (
@@ -422,7 +410,7 @@ def test_rounds_reach_a_real_mlflow_server(
 
 @needs_apprise
 def test_notifications_tell_what_happened_with_the_numbers(
-    daemon: Daemon, receiver: Receiver, tmp_path: Path
+    module_venv_daemon: Daemon, receiver: Receiver, tmp_path: Path
 ) -> None:
     project = tmp_path / "flaky_job"
     shutil.copytree(REPO / "tests" / "fixtures" / "projects" / "flaky_job", project)
@@ -434,7 +422,7 @@ def test_notifications_tell_what_happened_with_the_numbers(
         ("a long evaluation without output", {"mode": "quiet", "target": 0.8}),
         ("a step that diverges", {"mode": "nan"}),
     ]
-    with RpcClient(daemon.socket, timeout=120) as rpc:
+    with RpcClient(module_venv_daemon.socket, timeout=120) as rpc:
         started = rpc.call("loop_start", {"project_root": root, "policy": "external",
                                           "security_mode": "unsafe", "max_rounds": 5})  # fmt: skip
         session = started["session"]
@@ -444,7 +432,7 @@ def test_notifications_tell_what_happened_with_the_numbers(
             rpc.call("round_run", {"session": session, "project_root": root,
                                    "hypothesis": hypothesis, "change_summary": hypothesis,
                                    "expected": "see", "params": params})  # fmt: skip
-    state = wait_finished(daemon.env, project)
+    state = wait_finished(module_venv_daemon.env, project)
     assert state["session"]["status"] == "failed"  # round 5 ended without its metric
     failed_title = f"trainee: flaky_job {SESSION} failed"
     wait_for(
@@ -454,7 +442,7 @@ def test_notifications_tell_what_happened_with_the_numbers(
         interval=0.1,
     )
     by_title = {m["title"]: m["message"] for m in receiver.messages("b")}
-    page = f"{daemon.http_url}/#/session?project="
+    page = f"{module_venv_daemon.http_url}/#/session?project="
 
     best = by_title["trainee: flaky_job new best in round 2"]
     assert "val_loss 0.5, -50.0 % vs baseline 1; previous best 1." in best
@@ -470,7 +458,7 @@ def test_notifications_tell_what_happened_with_the_numbers(
     assert "(required_metric_missing) after 5 round(s)" in failed
     assert "Best val_loss 0.5 (round 2, -50.0 % vs baseline 1)" in failed
     assert not any("stalled" in t and "round 2" in t for t in by_title)
-    assert SECRET not in daemon.log
+    assert SECRET not in module_venv_daemon.log
     assert_no_training_left(project)
 
 

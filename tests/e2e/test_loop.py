@@ -62,13 +62,13 @@ MLP_PLANS = [
 
 
 def test_four_rounds_mlp_flags_guarded_with_the_live_view(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     script = [OK, *(plan(p, h) for p, h in MLP_PLANS)]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         live = run_cli(
             "run", str(project), "--policy", "llm", "--guarded", "--max-rounds", "4",
             env=env, timeout=120,
@@ -140,13 +140,13 @@ YAML_PLANS = [
 
 
 def test_four_rounds_yaml_config_writes_the_decided_params_into_each_round_config(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("yaml-config", tmp_path)
     projects.append(project)
     base_config = (project / "configs" / "base.yaml").read_text()
     with FakeLLM([OK, *(plan(p, h) for p, h in YAML_PLANS)]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "4")
         state = wait_finished(env, project)
     session = state["session"]
@@ -182,13 +182,13 @@ def test_four_rounds_yaml_config_writes_the_decided_params_into_each_round_confi
 
 
 def test_invalid_json_then_a_valid_repair_runs_the_repaired_plan(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     garbage = {"content": "Sure! Here is my plan: {hypothesis: lr up, params: {lr: 0.01"}
     with FakeLLM([OK, garbage, plan({"lr": 0.01}, "repaired plan")]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "2")
         state = wait_finished(env, project)
         requests = fake.requests
@@ -210,7 +210,7 @@ def test_invalid_json_then_a_valid_repair_runs_the_repaired_plan(
 
 
 def test_out_of_bounds_and_unknown_params_are_never_applied(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     """Round 2: out of bounds, then repaired. Round 3: unknown, then out of bounds again ->
     invalid_decision, and no round 3 is launched."""
@@ -224,7 +224,7 @@ def test_out_of_bounds_and_unknown_params_are_never_applied(
         plan({"batch_size": 1000}),  # above its max 100
     ]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         live = run_cli(
             "run", str(project), "--policy", "llm", "--unsafe", "--max-rounds", "4",
             env=env, timeout=120,
@@ -267,14 +267,14 @@ def test_out_of_bounds_and_unknown_params_are_never_applied(
 
 
 def test_a_repeat_of_a_rejected_change_is_refused(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     worse = {"lr": 0.02}  # 0.274 against the baseline's 0.262: rejected
     script = [OK, plan(worse, "bigger step"), plan(worse, "again"), plan({"lr": 0.005}, "other")]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "3")
         state = wait_finished(env, project)
         requests = fake.requests
@@ -294,7 +294,7 @@ def test_a_repeat_of_a_rejected_change_is_refused(
 
 
 def test_provider_500_fails_over_then_all_failing_stops_the_session(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
@@ -305,7 +305,7 @@ def test_provider_500_fails_over_then_all_failing_stops_the_session(
         FakeLLM([OK, plan({"lr": 0.01}, "from the second provider"), error]) as second,
     ):
         env = llm_env(
-            daemon.env,
+            module_daemon.env,
             primary,
             OPENAI_API_KEY="sk-second-provider-key",
             OPENAI_MODEL="second-model",
@@ -330,12 +330,12 @@ def test_provider_500_fails_over_then_all_failing_stops_the_session(
 
 
 def test_provider_timeout_stops_the_session_with_provider_failed(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     with FakeLLM([OK, {"delay": 5, "content": "late"}]) as fake:
-        env = llm_env(daemon.env, fake, TRAINEE_LLM_TIMEOUT_SEC="1")
+        env = llm_env(module_daemon.env, fake, TRAINEE_LLM_TIMEOUT_SEC="1")
         start(project, env, "--unsafe", "--max-rounds", "3")
         state = wait_finished(env, project)
     session = state["session"]
@@ -351,14 +351,14 @@ def test_provider_timeout_stops_the_session_with_provider_failed(
 
 
 def test_max_rounds_from_project_yaml_when_the_cli_gives_none(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     spec_file = project / ".trainee" / "project.yaml"
     spec_file.write_text(spec_file.read_text().replace("max_rounds: 6", "max_rounds: 2"))
     with FakeLLM([OK, plan({"lr": 0.01})]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe")
         state = wait_finished(env, project)
         asked = len(fake.requests)
@@ -371,13 +371,13 @@ def test_max_rounds_from_project_yaml_when_the_cli_gives_none(
 
 
 def test_no_tunable_params_runs_the_baseline_once_then_stops(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     (project / ".trainee" / "tuning.yaml").write_text("version: 1\nparams: []\n")
     with FakeLLM([OK]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "4")
         state = wait_finished(env, project)
         asked = len(fake.requests)
@@ -392,7 +392,7 @@ def test_no_tunable_params_runs_the_baseline_once_then_stops(
 
 
 def test_required_metric_missing_fails_the_session(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
@@ -401,7 +401,7 @@ def test_required_metric_missing_fails_the_session(
     assert "'final val_loss=" in text
     spec_file.write_text(text.replace("'final val_loss=", "'final val_accuracy="))
     with FakeLLM([OK]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "4")
         state = wait_finished(env, project)
         asked = len(fake.requests)
@@ -436,14 +436,14 @@ USAGE = {"prompt_tokens": 60, "completion_tokens": 10}
 
 
 def test_budget_tokens_stops_before_the_decision_that_would_exceed_it(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     _add_to_project_yaml(project, "llm:\n  max_tokens: 100\n")
     script = [OK, {**plan({"lr": 0.01}), "usage": USAGE}, {**plan({"lr": 0.003}), "usage": USAGE}]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "6")
         state = wait_finished(env, project)
         asked = len(fake.requests)
@@ -457,12 +457,14 @@ def test_budget_tokens_stops_before_the_decision_that_would_exceed_it(
     assert_no_training_left(project)
 
 
-def test_budget_usd_stops_the_session(daemon: Daemon, tmp_path: Path, projects: list[Path]) -> None:
+def test_budget_usd_stops_the_session(
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     _add_to_project_yaml(project, "llm:\n  max_usd: 0.1\n")
     # a user price for this model: 70 tokens cost $0.07 per decision
-    config = daemon.runtime / "home" / ".trainee" / "config.json"
+    config = module_daemon.runtime / "home" / ".trainee" / "config.json"
     config.parent.mkdir(parents=True, exist_ok=True)
     price = {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0}
     config.write_text(json.dumps({"prices": {"priced-model": price}}))
@@ -470,7 +472,7 @@ def test_budget_usd_stops_the_session(daemon: Daemon, tmp_path: Path, projects: 
     script = [OK, {**plan({"lr": 0.01}), "usage": USAGE}, {**plan({"lr": 0.003}), "usage": USAGE}]
     try:
         with FakeLLM(script) as fake:
-            env = llm_env(daemon.env, fake, TRAINEE_LLM_MODEL="priced-model")
+            env = llm_env(module_daemon.env, fake, TRAINEE_LLM_MODEL="priced-model")
             start(project, env, "--unsafe", "--max-rounds", "6")
             state = wait_finished(env, project)
     finally:
@@ -487,13 +489,13 @@ def test_budget_usd_stops_the_session(daemon: Daemon, tmp_path: Path, projects: 
 
 
 def test_budget_time_runs_the_baseline_then_stops_before_any_decision(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     _add_to_project_yaml(project, "  max_session_minutes: 0.0001\n", under="run")
     with FakeLLM([OK]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "6")
         state = wait_finished(env, project)
         asked = len(fake.requests)
@@ -507,7 +509,7 @@ def test_budget_time_runs_the_baseline_then_stops_before_any_decision(
 
 
 def test_ctrl_c_while_the_session_is_starting_stops_it_as_soon_as_it_exists(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     """The provider's live test takes its time; Ctrl-C then must not leave a session
     running unseen: the CLI waits for the session to exist and stops it."""
@@ -516,7 +518,7 @@ def test_ctrl_c_while_the_session_is_starting_stops_it_as_soon_as_it_exists(
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     with FakeLLM([{"delay": 3, **OK}, plan({"lr": 0.01})]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         proc = subprocess.Popen(
             [sys.executable, "-m", "trainee", "run", str(project), "--policy", "llm", "--unsafe"],
             env=env,
@@ -540,7 +542,7 @@ def test_ctrl_c_while_the_session_is_starting_stops_it_as_soon_as_it_exists(
 
 
 def test_a_llama_cpp_like_server_every_request_kept_and_a_policy_stop_is_no_error(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     """Issue 18 through the daemon: the live test steps down from a json_schema refused with
     HTTP 500 and the session uses what worked; a stop before decision.min_rounds is sent
@@ -580,7 +582,7 @@ def test_a_llama_cpp_like_server_every_request_kept_and_a_policy_stop_is_no_erro
         stop,
     ]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "3")
         state = wait_finished(env, project)
         url = fake.openai_base_url
