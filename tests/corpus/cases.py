@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support.projects import LR_TUNING_YAML, VAL_LOSS_METRICS_YAML
+
 __all__ = [
     "HTTP_CASES",
     "LLM_CASES",
@@ -24,34 +26,22 @@ __all__ = [
 
 # -- YAML project files ------------------------------------------------------------------
 
-PROJECT = """\
+PROJECT = (
+    """\
 version: 1
 launch:
   command: [python, train.py]
 run:
   max_rounds: 3
   timeout_minutes: 5
-metrics:
-  specs:
-    - name: val_loss
-      source: stdout_regex
-      key_or_pattern: 'final val_loss=(?P<value>-?\\d+(?:\\.\\d+)?)'
-      goal: min
+"""
+    + VAL_LOSS_METRICS_YAML
+    + """\
       required: true
 advanced:
   security_mode: unsafe
 """
-
-TUNING = """\
-version: 1
-params:
-  - name: lr
-    flag: --lr
-    type: float
-    default: 0.1
-    min_value: 0.001
-    max_value: 1.0
-"""
+)
 
 
 @dataclass(frozen=True)
@@ -68,8 +58,8 @@ def _project(old: str, new: str) -> str:
 
 
 def _tuning(old: str, new: str) -> str:
-    assert old in TUNING, old
-    return TUNING.replace(old, new, 1)
+    assert old in LR_TUNING_YAML, old
+    return LR_TUNING_YAML.replace(old, new, 1)
 
 
 def _bomb() -> str:
@@ -236,7 +226,7 @@ YAML_CASES: list[YamlCase] = [
     YamlCase(
         "tuning: duplicate param",
         "tuning.yaml",
-        TUNING + TUNING.split("params:\n", 1)[1],
+        LR_TUNING_YAML + LR_TUNING_YAML.split("params:\n", 1)[1],
         ("tuning.yaml", "lr"),
     ),
     YamlCase(

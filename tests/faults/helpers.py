@@ -25,6 +25,7 @@ from typing import Any
 
 from tests.support.daemon import Daemon, base_env, kill_leftover_daemons
 from tests.support.processes import training_processes
+from tests.support.projects import LR_TUNING_YAML, VAL_LOSS_METRICS_YAML
 from tests.support.timing import pause, scaled, wait_for
 from trainee.rpc.client import RpcClient
 
@@ -94,35 +95,23 @@ if conf.get("exit"):
 print(f"final val_loss={(args.lr - 0.05) ** 2 + 0.1:.6f}", flush=True)
 """
 
-PROJECT_YAML = """\
+PROJECT_YAML = (
+    """\
 version: 1
 launch:
   command: [python, train.py]
 run:
   max_rounds: {max_rounds}
   timeout_minutes: {timeout_minutes}
-metrics:
-  specs:
-    - name: val_loss
-      source: stdout_regex
-      key_or_pattern: 'final val_loss=(?P<value>-?\\d+(?:\\.\\d+)?)'
-      goal: min
+"""
+    + VAL_LOSS_METRICS_YAML
+    + """\
       required: {required}
 advanced:
   security_mode: {mode}
   stop_grace_sec: 2
 """
-
-TUNING_YAML = """\
-version: 1
-params:
-  - name: lr
-    flag: --lr
-    type: float
-    default: 0.1
-    min_value: 0.001
-    max_value: 1.0
-"""
+)
 
 
 def make_project(
@@ -145,7 +134,7 @@ def make_project(
             required="true" if required else "false",
         )
     )
-    (root / ".trainee" / "tuning.yaml").write_text(TUNING_YAML)
+    (root / ".trainee" / "tuning.yaml").write_text(LR_TUNING_YAML)
     set_behaviour(root, behaviour or {})
     return root
 
