@@ -23,11 +23,11 @@ import mcp_types as types
 import pytest
 from openapi_spec_validator import validate as validate_openapi
 
-from tests.e2e.test_mcp import legacy_stdio
 from tests.fakes.llm_server import FakeLLM
 from tests.faults.helpers import Node, make_project
 from tests.support.daemon import Daemon, base_env, run_cli
 from tests.support.loop import OK, llm_env, plan
+from tests.support.mcp import legacy_stdio
 from trainee import errors, states
 from trainee.api.routes import ALIASES
 from trainee.api.table import registry
