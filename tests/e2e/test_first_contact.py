@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.daemon import Daemon, run_cli
+from tests.support.extras import needs
 
 pytestmark = pytest.mark.e2e
 
@@ -354,10 +355,10 @@ params:
 """
 
 
+@needs("hydra")
 def test_a_real_hydra_app_runs_guarded_with_its_groups_and_outputs(
     module_venv_daemon: Daemon, tmp_path: Path
 ) -> None:
-    pytest.importorskip("hydra", reason="hydra-core is not installed (the `hydra` extra)")
     files = {
         "app.py": HYDRA_APP,
         "conf/config.yaml": "defaults:\n  - model: small\n  - _self_\n"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import importlib.util
 import json
 import os
 import shutil
@@ -39,6 +38,7 @@ from tests.support.daemon import (
     run_cli,
     venv_env,
 )
+from tests.support.extras import missing, needs
 from tests.support.loop import SESSION, call, wait_finished
 from tests.support.processes import assert_no_training_left
 from tests.support.timing import wait_for
@@ -47,16 +47,9 @@ from trainee.rpc.client import RpcClient
 pytestmark = pytest.mark.e2e
 
 
-def _needs(module: str, extra: str) -> pytest.MarkDecorator:
-    return pytest.mark.skipif(
-        importlib.util.find_spec(module) is None,
-        reason=f"the {extra} extra is not installed (pip install 'trainee[{extra}]')",
-    )
-
-
-needs_mlflow = _needs("mlflow", "mlflow")
-needs_wandb = _needs("wandb", "wandb")
-needs_apprise = _needs("apprise", "notify")
+needs_mlflow = needs("mlflow")
+needs_wandb = needs("wandb")
+needs_apprise = needs("notify")
 SECRET = "hook-secret-token-4711"
 """A token in a notification URL's path: it must show up nowhere but the receiver."""
 
@@ -121,8 +114,8 @@ def receiver() -> Iterator[Receiver]:
 @pytest.fixture(scope="module")
 def mlflow_server() -> Iterator[str]:
     """A real ``mlflow server`` on 127.0.0.1 (a free port), stopped at the end."""
-    if importlib.util.find_spec("mlflow") is None:
-        pytest.skip("the mlflow extra is not installed (pip install 'trainee[mlflow]')")
+    if (reason := missing("mlflow")) is not None:
+        pytest.skip(reason)
     folder = Path(tempfile.mkdtemp(prefix="tr-mlflow-"))
     port = free_port()
     env = {

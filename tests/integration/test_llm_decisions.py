@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.llm_server import FakeLLM, llama_number
+from tests.support.extras import needs
 from tests.support.llm import prompt_parts, run
 from tests.unit.research.helpers import BASELINE, TUNABLES, summary
 from trainee.errors import InvalidDecision, ProviderError
@@ -262,6 +263,7 @@ def test_the_answer_example_rotates_and_names_no_metric_value(
 # -- the hybrid ----------------------------------------------------------------------------
 
 
+@needs("optuna")
 def test_the_hybrid_runs_the_optimizers_s1_when_the_repair_fails_too(
     fake: FakeLLM, tmp_path: Path
 ) -> None:

@@ -40,6 +40,7 @@ from tests.support.daemon import (
     run_cli,
     venv_env,
 )
+from tests.support.extras import needs
 from tests.support.timing import wait_for
 from trainee.llm import client
 from trainee.llm.settings import load_settings
@@ -69,7 +70,7 @@ params:
 FAIL_ABOVE_LR = 0.05
 """Rounds with a larger lr "diverge": they fail without a metric (a fifth of the log range)."""
 
-OFFLINE = ["random", "tpe"]
+OFFLINE = ["random", pytest.param("tpe", marks=needs("optuna"))]
 
 
 def make(name: str, seed: int) -> Policy:
@@ -208,6 +209,7 @@ def test_every_proposal_is_valid_typed_in_bounds_and_untried(spec: ProjectSpec, 
     assert len(state.rounds) == 30
 
 
+@needs("optuna")
 def test_tpe_plans_read_as_tpe_suggestions_with_a_checkable_prediction(spec: ProjectSpec) -> None:
     _ran, proposals, state = drive(spec, TpePolicy(seed=5), 8)
     for proposal in proposals:
@@ -272,6 +274,7 @@ def test_a_rebuilt_policy_told_the_history_proposes_what_the_uninterrupted_one_w
     assert resumed == straight
 
 
+@needs("optuna")
 def test_tpe_without_its_history_would_restart_from_scratch(spec: ProjectSpec) -> None:
     """The counter-test of the one above: forgetting the told results changes the proposals,
     so the equality there comes from continuing the study, not from the seed alone."""
@@ -288,6 +291,7 @@ def test_tpe_without_its_history_would_restart_from_scratch(spec: ProjectSpec) -
     assert baseline == straight[0]
 
 
+@needs("optuna")
 def test_tpe_knows_the_baseline_and_every_result_failed_ones_included(spec: ProjectSpec) -> None:
     ran, _, state = drive(spec, TpePolicy(seed=9), 16)
     policy = TpePolicy(seed=9)
@@ -420,6 +424,7 @@ def user_prompt(request: dict[str, Any]) -> str:
     )
 
 
+@needs("optuna")
 def test_hybrid_shows_the_suggestions_records_the_choice_and_tells_every_result(
     spec: ProjectSpec, tmp_path: Path
 ) -> None:
@@ -542,6 +547,7 @@ def start_daemon(runtime: Path) -> Daemon:
     return d
 
 
+@needs("optuna")
 @pytest.mark.e2e
 def test_a_tpe_session_killed_and_resumed_continues_its_study(
     runtime: Path, tmp_path: Path
@@ -590,6 +596,7 @@ def test_a_tpe_session_killed_and_resumed_continues_its_study(
     assert "resuming session-0001" in d.log
 
 
+@needs("optuna")
 @pytest.mark.e2e
 def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
     runtime: Path, tmp_path: Path
@@ -674,6 +681,7 @@ def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
 # -- the decision-quality benchmark ------------------------------------------------------
 
 
+@needs("optuna")
 @pytest.mark.slow
 def test_the_benchmark_runs_end_to_end_on_both_examples(tmp_path: Path) -> None:
     vendor = ("TRAINEE_", "OPENAI_", "ANTHROPIC_", "MOONSHOT_", "LLM_PROVIDER")
@@ -721,6 +729,7 @@ def test_the_benchmark_runs_end_to_end_on_both_examples(tmp_path: Path) -> None:
     assert any(t.startswith("yaml-config: best val_loss so far") for t in titles)
 
 
+@needs("optuna")
 def test_tpe_is_told_a_pruned_round_as_pruned_with_its_last_value(spec: ProjectSpec) -> None:
     """A round run.prune stopped is a PRUNED trial carrying its last value (Optuna's own
     pruned trials do); a failed one is PRUNED without a value; completed ones COMPLETE."""

@@ -43,9 +43,7 @@ def missing(extra: str) -> str | None:
     if not absent:
         return None
     group = "dev" if extra == "playwright" else extra
-    return (
-        f"the {extra} extra is not installed ({', '.join(absent)}; pip install 'trainee[{group}]')"
-    )
+    return f"{' and '.join(absent)} not installed (pip install 'trainee[{group}]')"
 
 
 def needs(extra: str) -> pytest.MarkDecorator:
