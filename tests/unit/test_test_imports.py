@@ -50,7 +50,7 @@ def _files() -> list[Path]:
     )
 
 
-def test_no_imports_of_test_modules_another_test_module() -> None:
+def test_no_test_module_imports_another_test_module() -> None:
     files = _files()
     assert len(files) > 100, "the walk found too few files to be the test tree"
     offenders = []
