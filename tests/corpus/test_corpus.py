@@ -32,7 +32,6 @@ from tests.corpus.cases import (
     HTTP_CASES,
     LLM_CASES,
     OVERSIZED_FRAME,
-    PROJECT,
     RPC_CASES,
     YAML_CASES,
     HttpCase,
@@ -45,7 +44,7 @@ from tests.fakes.llm_server import FakeLLM
 from tests.faults.helpers import Node, assert_no_orphans, job_env, make_project
 from tests.support.daemon import run_cli
 from tests.support.loop import OK, SESSION, llm_env
-from tests.support.projects import LR_TUNING_YAML
+from tests.support.projects import LR_TUNING_YAML, PROJECT_YAML
 from trainee.errors import ConfigError
 
 pytestmark = pytest.mark.e2e
@@ -91,7 +90,7 @@ def unchanged(module_node: Node, finished: Path) -> Iterator[None]:
 def _yaml_project(root: Path, case: YamlCase) -> Path:
     (root / ".trainee").mkdir(parents=True)
     (root / "train.py").write_text("print('final val_loss=0.5')\n")
-    (root / ".trainee" / "project.yaml").write_text(PROJECT)
+    (root / ".trainee" / "project.yaml").write_text(PROJECT_YAML)
     (root / ".trainee" / "tuning.yaml").write_text(LR_TUNING_YAML)
     data = case.text.encode() if isinstance(case.text, str) else case.text
     (root / ".trainee" / case.file).write_bytes(data)

@@ -14,12 +14,8 @@ metrics:
 ``final val_loss=<number>`` line on stdout, lower is better (a spec's own keys, such as
 ``required``, may follow)."""
 
-HOLD_PROJECT_YAML = (
+_LAUNCH_TO_END = (
     """\
-version: 1
-data:
-  - path: data
-    flag: --data-root
 launch:
   command: [python, train.py]
 run:
@@ -33,8 +29,14 @@ advanced:
   security_mode: unsafe
 """
 )
-"""The project.yaml of the hold projects (tests/e2e/test_resume.py, tests/cluster/project.py):
-``python train.py --data-root data``, three rounds, val_loss from stdout."""
+
+PROJECT_YAML = "version: 1\n" + _LAUNCH_TO_END
+"""A tiny project's project.yaml: ``python train.py``, three rounds of at most 5 minutes,
+val_loss (required) from stdout, unsafe mode (tests/corpus)."""
+
+HOLD_PROJECT_YAML = "version: 1\ndata:\n  - path: data\n    flag: --data-root\n" + _LAUNCH_TO_END
+""":data:`PROJECT_YAML` with a ``data`` folder passed as ``--data-root``: the hold projects
+of tests/e2e/test_resume.py and tests/cluster/project.py."""
 
 LR_TUNING_YAML = """\
 version: 1
