@@ -33,9 +33,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.conftest import Daemon, _kill_leftover_daemons, base_env
 from tests.security import attacks
 from tests.security.attacks import Probe, Sampler, Target
+from tests.support.daemon import Daemon, base_env, kill_leftover_daemons
 
 FD_LIMIT = int(os.environ.get("BENCH_ABUSE_FD_LIMIT", "256"))
 TCP = int(os.environ.get("BENCH_ABUSE_TCP", "5000"))
@@ -82,7 +82,7 @@ def _one(name: str, attack: Callable[[Target, Path], dict[str, Any]]) -> dict[st
         log_bytes = os.path.getsize(runtime / "daemon.log")
     finally:
         daemon.stop()
-        _kill_leftover_daemons(daemon)
+        kill_leftover_daemons(daemon)
         shutil.rmtree(runtime, ignore_errors=True)
     idle_p99 = max(Probe.p99(idle.socket_ms), Probe.p99(idle.http_ms))
     return {

@@ -40,8 +40,8 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
-from tests.conftest import Daemon, _kill_leftover_daemons, base_env  # noqa: E402
 from tests.fakes.llm_server import FakeLLM  # noqa: E402
+from tests.support.daemon import Daemon, base_env, kill_leftover_daemons  # noqa: E402
 from trainee.rpc.client import RpcClient  # noqa: E402
 
 SESSION = "session-0001"
@@ -297,7 +297,7 @@ def soak(rounds: int, seed: int, policy: str = "llm") -> int:
         elapsed = time.monotonic() - started
     finally:
         daemon.stop()
-        _kill_leftover_daemons(daemon)
+        kill_leftover_daemons(daemon)
 
     assert start_stats is not None and warm_stats is not None
     statuses = Counter(r["status"] for r in state["rounds"])

@@ -1,52 +1,24 @@
-"""Shared fixtures: a real daemon process, the real CLI, short socket paths."""
+"""Shared fixtures: a real daemon process (per test or per module), short socket paths.
+
+What the fixtures are built from (the daemon, the CLI runner, the scale factor, the
+helpers of the e2e loop tests) lives in :mod:`tests.support`: import it from there.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import select
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.daemon import Daemon, base_env, kill_leftover_daemons, started_daemon, venv_env
+from tests.support.timing import scaled
 
-
-def _timeout_scale() -> float:
-    """The one factor every deadline of the tests is multiplied by.
-
-    ``TRAINEE_TEST_TIMEOUT_SCALE`` sets it; otherwise it grows on a small or loaded
-    machine: max(1, 4 / CPUs, load average / CPUs), at most 8. Deadlines are upper
-    bounds (nothing sleeps for them), so a larger factor costs time only when a test
-    fails: a fault test never depends on the machine being idle.
-    """
-    raw = os.environ.get("TRAINEE_TEST_TIMEOUT_SCALE", "").strip()
-    if raw:
-        return max(1.0, float(raw))
-    cpus = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
-    return min(8.0, max(1.0, 4 / cpus, load / cpus))
-
-
-TIMEOUT_SCALE = _timeout_scale()
-
-
-def scaled(seconds: float) -> float:
-    """``seconds`` of deadline on this machine (see :func:`_timeout_scale`)."""
-    return seconds * TIMEOUT_SCALE
+if TYPE_CHECKING:
+    from tests.faults.helpers import Node
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -73,164 +45,11 @@ def short_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def base_env(runtime: Path, home: Path | None = None) -> dict[str, str]:
-    """The environment of a daemon/CLI confined to ``runtime`` (socket, token, log)."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("TRAINEE_", "NOTIFY_", "LISTEN_"))
-    }
-    env["TRAINEE_SOCKET"] = str(runtime / "trainee.sock")
-    env["TRAINEE_HTTP_PORT"] = "0"
-    env["HOME"] = str(home or runtime / "home")
-    env["PYTHONUNBUFFERED"] = "1"
-    env.pop("XDG_RUNTIME_DIR", None)
-    return env
-
-
-@dataclass
-class CliResult:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-
-@dataclass
-class Daemon:
-    """A real ``python -m trainee.daemon`` process on a private socket."""
-
-    runtime: Path
-    env: dict[str, str]
-    proc: subprocess.Popen[bytes] | None = None
-    http_url: str = ""
-    extra_args: list[str] = field(default_factory=list)
-
-    @property
-    def socket(self) -> Path:
-        return self.runtime / "trainee.sock"
-
-    @property
-    def token(self) -> str:
-        return (self.runtime / "token").read_text().strip()
-
-    @property
-    def log(self) -> str:
-        with contextlib.suppress(OSError):
-            return (self.runtime / "daemon.log").read_text()
-        return ""
-
-    def start(self, *args: str, timeout: float = 30.0) -> str:
-        """Start the daemon and wait for its readiness line (no sleeps)."""
-        timeout = scaled(timeout)
-        read_fd, write_fd = os.pipe()
-        log = open(self.runtime / "daemon.log", "ab")  # noqa: SIM115 - handed to the child
-        try:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "trainee.daemon",
-                    "--port",
-                    "0",
-                    "--ready-fd",
-                    str(write_fd),
-                    *self.extra_args,
-                    *args,
-                ],
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-            )
-        finally:
-            os.close(write_fd)
-            log.close()
-        line = b""
-        deadline = time.monotonic() + timeout
-        try:
-            while not line.endswith(b"\n") and time.monotonic() < deadline:
-                ready, _, _ = select.select([read_fd], [], [], deadline - time.monotonic())
-                if ready:
-                    chunk = os.read(read_fd, 4096)
-                    if not chunk:
-                        break
-                    line += chunk
-        finally:
-            os.close(read_fd)
-        text = line.decode().strip()
-        if text.startswith("READY"):
-            self.http_url = text.split()[1]
-        return text
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
-        if self.proc is None:
-            return None
-        timeout = scaled(timeout)
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-
-    def cli(self, *args: str, input: str | None = None, timeout: float = 60.0) -> CliResult:
-        return run_cli(*args, env=self.env, input=input, timeout=timeout)
-
-
-def run_cli(
-    *args: str,
-    env: dict[str, str],
-    input: str | None = None,
-    timeout: float = 60.0,
-    cwd: Path | None = None,
-) -> CliResult:
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainee", *args],
-        env=env,
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=scaled(timeout),
-        cwd=cwd,
-    )
-    return CliResult(proc.returncode, proc.stdout, proc.stderr)
-
-
-def copy_example(name: str, dest: Path) -> Path:
-    """A fresh copy of ``examples/<name>`` (without runtime state) at ``dest/<name>``."""
-    target = dest / name
-    shutil.copytree(
-        REPO / "examples" / name,
-        target,
-        ignore=shutil.ignore_patterns(
-            "runtime.sqlite3*", "artifacts", "runs", "logs", "cache", "outputs", "__pycache__"
-        ),
-    )
-    return target
-
-
-def venv_env(runtime: Path) -> dict[str, str]:
-    """A private daemon's environment where ``python`` is this venv's (it has numpy)."""
-    env = base_env(runtime)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    return env
-
-
 @pytest.fixture
 def venv_daemon(short_dir: Path) -> Iterator[Daemon]:
     """A started daemon whose jobs find this venv's python; stopped at the end."""
-    d = Daemon(runtime=short_dir, env=venv_env(short_dir))
-    line = d.start()
-    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
-    try:
+    with started_daemon(short_dir, venv_env) as d:
         yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
 
 
 @pytest.fixture
@@ -240,30 +59,36 @@ def daemon_env(short_dir: Path) -> Iterator[dict[str, str]]:
     try:
         yield env
     finally:
-        _kill_leftover_daemons(Daemon(runtime=short_dir, env=env))
+        kill_leftover_daemons(Daemon(runtime=short_dir, env=env))
 
 
 @pytest.fixture
 def daemon(short_dir: Path) -> Iterator[Daemon]:
     """A started daemon; stopped (and checked to be gone) at the end of the test."""
-    d = Daemon(runtime=short_dir, env=base_env(short_dir))
-    line = d.start()
-    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
-    try:
+    with started_daemon(short_dir) as d:
         yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
 
 
-def _kill_leftover_daemons(d: Daemon) -> None:
-    """Stop any daemon the CLI autostarted on this test's socket."""
-    lock = d.runtime / "trainee.sock.lock"
-    with contextlib.suppress(OSError, ValueError):
-        pid = int(lock.read_text().strip() or 0)
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if pid else b""
-        if b"trainee.daemon" in cmdline:
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 15
-            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-                select.select([], [], [], 0.05)
+@pytest.fixture(scope="module")
+def module_daemon() -> Iterator[Daemon]:
+    """One daemon for the whole module (``base_env``): sessions of different projects do
+    not meet, and litellm is imported (seconds) once instead of once per test."""
+    with started_daemon(_short_dir("tr-m-"), remove=True) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def module_venv_daemon() -> Iterator[Daemon]:
+    """:func:`module_daemon` whose jobs find this venv's python (numpy, hydra-core)."""
+    with started_daemon(_short_dir("tr-mv-"), venv_env, remove=True) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def module_node() -> Iterator[Node]:
+    """One restartable daemon for the module, called in-process over its socket
+    (:class:`tests.faults.helpers.Node`); stopped and removed at the end."""
+    from tests.faults.helpers import node
+
+    with node() as n:
+        yield n

@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import run_cli
-from tests.e2e.test_loop import SESSION
-from tests.e2e.test_resume import PROJECT_YAML, TUNING_YAML  # the same hold project's files
+from tests.support.daemon import run_cli
+from tests.support.loop import SESSION
+from tests.support.projects import HOLD_PROJECT_YAML, LR_TUNING_YAML
 
 HOLD_LR = 0.3
 """A round with this lr prints steps while the project's ``hold`` file exists."""
@@ -65,14 +65,14 @@ def make_project(root: Path, backend: dict[str, Any], **run: Any) -> Path:
     (root / "data").mkdir()
     (root / "train.py").write_text(TRAIN_PY)
     (root / "hold").touch()
-    spec = yaml.safe_load(textwrap.dedent(PROJECT_YAML))
+    spec = yaml.safe_load(textwrap.dedent(HOLD_PROJECT_YAML))
     spec["advanced"]["backend"] = backend
     # the one secret-named variable the job may get (a Slurm job does; Ray never shows it
     # on its dashboard)
     spec["launch"]["env_passthrough"] = ["MY_API_KEY"]
     spec["run"].update(run)
     (root / ".trainee" / "project.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    (root / ".trainee" / "tuning.yaml").write_text(TUNING_YAML)
+    (root / ".trainee" / "tuning.yaml").write_text(LR_TUNING_YAML)
     return root
 
 

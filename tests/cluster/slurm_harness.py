@@ -31,7 +31,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+import pytest
+
 from tests.cluster.ports import free_ports
+from tests.support.timing import wait_for
 
 REQUIRED_COMMANDS = ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "scontrol", "scancel")
 # Job states after which a job no longer runs (squeue -o %T spelling).
@@ -420,22 +423,23 @@ PartitionName={self.partition} Nodes={self.node_name} Default=YES MaxTime=INFINI
         )
 
     def _wait_for(self, ready: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        while True:
+        """Until ``ready()``; a daemon that exits or the start timeout is a SlurmClusterError."""
+
+        def check() -> bool:
             for name, proc in self._procs.items():
                 if proc.poll() is not None:
                     raise SlurmClusterError(
                         f"{name} exited with {proc.returncode} while waiting for {what}\n"
                         + self.log_tails()
                     )
-            if ready():
-                return
-            if time.monotonic() > deadline:
-                raise SlurmClusterError(
-                    f"timed out after {self.start_timeout}s waiting for {what} "
-                    f"(node state {self.node_state()!r})\n" + self.log_tails()
-                )
-            time.sleep(0.2)
+            return ready()
+
+        try:
+            wait_for(check, what, timeout=self.start_timeout, interval=0.2)
+        except pytest.fail.Exception as exc:
+            raise SlurmClusterError(
+                f"{exc} (node state {self.node_state()!r})\n" + self.log_tails()
+            ) from None
 
     def _cancel_all_jobs(self) -> None:
         with contextlib.suppress(subprocess.SubprocessError, OSError):

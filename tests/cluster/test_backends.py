@@ -24,10 +24,10 @@ from tests.cluster.project import (
     start_session,
 )
 from tests.cluster.ray_fixtures import ray_cluster  # noqa: F401
-from tests.conftest import Daemon, copy_example, run_cli
-from tests.e2e.test_loop import (  # daemon: one module-scoped daemon per module
+from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import Daemon, copy_example, run_cli
+from tests.support.loop import (
     OK,
-    assert_no_training_left,
     check_outputs,
     llm_env,
     plan,
@@ -35,7 +35,7 @@ from tests.e2e.test_loop import (  # daemon: one module-scoped daemon per module
     wait_finished,
     wait_until,
 )
-from tests.fakes.llm_server import FakeLLM
+from tests.support.processes import assert_no_training_left
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -124,14 +124,14 @@ def held_round_running(project: Path, index: int) -> Any:
 
 
 def test_the_example_runs_by_changing_only_the_backend(
-    daemon: Daemon, engine: Engine, tmp_path: Path
+    module_daemon: Daemon, engine: Engine, tmp_path: Path
 ) -> None:
     """mlp-flags, guarded (bwrap on the node), random search: the same rounds, params and
     metrics as on the local backend, and ledgers of the same shape."""
     local = copy_example("mlp-flags", tmp_path / "local")
     remote = copy_example("mlp-flags", tmp_path / engine.name)
     set_backend(remote, engine.backend)
-    env = env_for(daemon, engine)
+    env = env_for(module_daemon, engine)
     for project in (local, remote):
         start_session(project, env, "--policy", "random", "--max-rounds", "3")
         state = wait_finished(env, project, timeout=180)
@@ -153,12 +153,12 @@ def test_the_example_runs_by_changing_only_the_backend(
 
 
 def test_a_failing_job_fails_its_round_with_the_log_tail(
-    daemon: Daemon, engine: Engine, tmp_path: Path
+    module_daemon: Daemon, engine: Engine, tmp_path: Path
 ) -> None:
     # a folder name sbatch's #SBATCH parser would split or cut short unescaped
     project = make_project(tmp_path / "my proj#2", engine.backend, max_rounds=2)
     with FakeLLM([OK, plan({"lr": FAIL_LR})]) as fake:
-        env = env_for(daemon, engine, fake)
+        env = env_for(module_daemon, engine, fake)
         env["MY_API_KEY"] = "sk-not-for-the-dashboard"
         start_session(project, env, "--policy", "llm")
         state = wait_finished(env, project, timeout=120)
@@ -179,11 +179,11 @@ def test_a_failing_job_fails_its_round_with_the_log_tail(
 
 
 def test_stopping_the_session_cancels_the_job(
-    daemon: Daemon, engine: Engine, tmp_path: Path
+    module_daemon: Daemon, engine: Engine, tmp_path: Path
 ) -> None:
     project = make_project(tmp_path / "p", engine.backend)
     with FakeLLM([OK, plan({"lr": HOLD_LR})]) as fake:
-        env = env_for(daemon, engine, fake)
+        env = env_for(module_daemon, engine, fake)
         start_session(project, env, "--policy", "llm")
         wait_until(env, project, held_round_running(project, 2), timeout=90, what="round 2")
         stopped = run_cli("stop", "session-0001", "--project-root", str(project), env=env)
@@ -200,11 +200,11 @@ def test_stopping_the_session_cancels_the_job(
 
 
 def test_a_round_over_its_timeout_is_cancelled_as_timed_out(
-    daemon: Daemon, engine: Engine, tmp_path: Path
+    module_daemon: Daemon, engine: Engine, tmp_path: Path
 ) -> None:
     project = make_project(tmp_path / "p", engine.backend, max_rounds=2, timeout_minutes=0.05)
     with FakeLLM([OK, plan({"lr": HOLD_LR})]) as fake:
-        env = env_for(daemon, engine, fake)
+        env = env_for(module_daemon, engine, fake)
         start_session(project, env, "--policy", "llm")
         state = wait_finished(env, project, timeout=120)
     round2 = state["rounds"][1]
@@ -214,11 +214,11 @@ def test_a_round_over_its_timeout_is_cancelled_as_timed_out(
     assert_no_training_left(project)
 
 
-def test_two_candidates_run_at_once(daemon: Daemon, engine: Engine, tmp_path: Path) -> None:
+def test_two_candidates_run_at_once(module_daemon: Daemon, engine: Engine, tmp_path: Path) -> None:
     project = make_project(tmp_path / "p", engine.backend, max_rounds=3, parallel=2)
     (project / "hold").unlink()
     with FakeLLM([OK, {"content": _plans(0.2, 0.05)}]) as fake:
-        env = env_for(daemon, engine, fake)
+        env = env_for(module_daemon, engine, fake)
         start_session(project, env, "--policy", "llm")
         state = wait_finished(env, project, timeout=120)
     rounds = state["rounds"]
@@ -231,18 +231,18 @@ def test_two_candidates_run_at_once(daemon: Daemon, engine: Engine, tmp_path: Pa
 
 
 def test_a_restarted_daemon_readopts_the_running_job(
-    daemon: Daemon, engine: Engine, tmp_path: Path
+    module_daemon: Daemon, engine: Engine, tmp_path: Path
 ) -> None:
     project = make_project(tmp_path / "p", engine.backend, max_rounds=2)
     with FakeLLM([OK, plan({"lr": HOLD_LR})]) as fake:
-        env = env_for(daemon, engine, fake)
+        env = env_for(module_daemon, engine, fake)
         start_session(project, env, "--policy", "llm")
         before = wait_until(
             env, project, held_round_running(project, 2), timeout=90, what="round 2"
         )["current_round"]
-        daemon.stop(signal.SIGKILL)
+        module_daemon.stop(signal.SIGKILL)
         assert engine.state(before["job_id"]) == "running"
-        restarted = Daemon(runtime=daemon.runtime, env=daemon.env)
+        restarted = Daemon(runtime=module_daemon.runtime, env=module_daemon.env)
         try:
             assert restarted.start().startswith("READY"), restarted.log
             wait_until(
@@ -256,8 +256,8 @@ def test_a_restarted_daemon_readopts_the_running_job(
             state = wait_finished(env, project, timeout=120)
         finally:
             restarted.stop()
-            daemon.proc = None
-            assert daemon.start().startswith("READY"), daemon.log
+            module_daemon.proc = None
+            assert module_daemon.start().startswith("READY"), module_daemon.log
     round2 = state["rounds"][1]
     assert round2["status"] == "completed" and round2["job_id"] == before["job_id"]
     assert round2["attempt"] == 0
@@ -285,10 +285,10 @@ def _plans(*lrs: float) -> str:
 
 
 def test_doctor_asks_the_engine_and_names_a_wrong_setting(
-    daemon: Daemon, engine: Engine, tmp_path: Path
+    module_daemon: Daemon, engine: Engine, tmp_path: Path
 ) -> None:
     project = make_project(tmp_path / "p", engine.backend)
-    env = env_for(daemon, engine)
+    env = env_for(module_daemon, engine)
 
     def backend_check() -> dict[str, Any]:
         result = run_cli("doctor", str(project), "--skip-provider-test", "--json", env=env)
@@ -307,7 +307,7 @@ def test_doctor_asks_the_engine_and_names_a_wrong_setting(
 
 
 def test_queue_time_does_not_count_against_the_timeout(
-    daemon: Daemon, engine: Engine, tmp_path: Path
+    module_daemon: Daemon, engine: Engine, tmp_path: Path
 ) -> None:
     """Three candidates of 4 s on 2 CPUs with a 6 s timeout: the third waits in the
     engine's queue until a CPU frees (about 4 s), then runs 4 s. Counted from its
@@ -317,7 +317,7 @@ def test_queue_time_does_not_count_against_the_timeout(
     )
     (project / "hold").unlink()
     with FakeLLM([OK, {"content": _plans(0.5, 0.55, 0.6)}]) as fake:
-        env = env_for(daemon, engine, fake)
+        env = env_for(module_daemon, engine, fake)
         start_session(project, env, "--policy", "llm")
         state = wait_finished(env, project, timeout=120)
     rounds = state["rounds"]

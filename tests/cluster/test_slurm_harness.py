@@ -6,23 +6,15 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.cluster.conftest import short_tmp_dir
 from tests.cluster.slurm_harness import SlurmCluster, unavailable_reason
+from tests.support.timing import wait_for
 
 pytestmark = pytest.mark.cluster
-
-
-def _wait(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def _running(pid: int, name: str) -> bool:
@@ -112,13 +104,22 @@ def test_scancel_kills_a_sleeping_job(slurm_cluster: SlurmCluster, job_dir: Path
     job_id = slurm_cluster.sbatch(
         "-o", str(job_dir / "sleep.out"), "--wrap", f"sleep 100 & echo $! > {pid_file}; wait"
     )
-    _wait(lambda: pid_file.exists() and pid_file.read_text().strip() != "", "the job to start")
+    wait_for(
+        lambda: pid_file.exists() and pid_file.read_text().strip() != "",
+        "the job to start",
+        interval=0.1,
+    )
     sleep_pid = int(pid_file.read_text())
     assert _running(sleep_pid, "sleep")
     assert slurm_cluster.job_state(job_id) == "RUNNING"
     slurm_cluster.run("scancel", job_id)
     assert slurm_cluster.wait_job(job_id) == "CANCELLED"
-    _wait(lambda: not _running(sleep_pid, "sleep"), "the sleep process to go", timeout=15)
+    wait_for(
+        lambda: not _running(sleep_pid, "sleep"),
+        "the sleep process to go",
+        timeout=15,
+        interval=0.1,
+    )
     assert "JobState=CANCELLED" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
 
 
@@ -139,13 +140,19 @@ def test_scancel_sends_sigterm_to_script_and_children(
     script = job_dir / "trap.sh"
     script.write_text(SCRIPT_TRAPPING_TERM.format(d=job_dir))
     job_id = slurm_cluster.sbatch("-o", str(job_dir / "trap.out"), str(script))
-    _wait(
+    wait_for(
         lambda: (job_dir / "script.ready").exists() and (job_dir / "child.ready").exists(),
         "the traps to be set",
+        interval=0.1,
     )
     slurm_cluster.run("scancel", job_id)
     assert slurm_cluster.wait_job(job_id) == "CANCELLED"
-    _wait(lambda: (job_dir / "child.sig").exists(), "the child to get SIGTERM", timeout=10)
+    wait_for(
+        lambda: (job_dir / "child.sig").exists(),
+        "the child to get SIGTERM",
+        timeout=10,
+        interval=0.1,
+    )
     assert (job_dir / "script.sig").read_text() == "TERM\n"
     assert (job_dir / "child.sig").read_text() == "TERM\n"
 
@@ -171,7 +178,11 @@ def test_stop_leaves_no_process_behind() -> None:
             assert cluster.wait_job(job_id) == "COMPLETED"
             orphan = int(pid_file.read_text())
             running = cluster.sbatch("-o", "/dev/null", "--wrap", "sleep 300")
-            _wait(lambda: cluster.job_state(running) == "RUNNING", "the second job to run")
+            wait_for(
+                lambda: cluster.job_state(running) == "RUNNING",
+                "the second job to run",
+                interval=0.1,
+            )
         for name, pid in daemons.items():
             assert not _running(pid, name), f"{name} ({pid}) still running"
         assert not _running(orphan, "sleep"), "a job process outlived the cluster"

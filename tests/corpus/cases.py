@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support.projects import LR_TUNING_YAML, PROJECT_YAML
+
 __all__ = [
     "HTTP_CASES",
     "LLM_CASES",
@@ -24,35 +26,6 @@ __all__ = [
 
 # -- YAML project files ------------------------------------------------------------------
 
-PROJECT = """\
-version: 1
-launch:
-  command: [python, train.py]
-run:
-  max_rounds: 3
-  timeout_minutes: 5
-metrics:
-  specs:
-    - name: val_loss
-      source: stdout_regex
-      key_or_pattern: 'final val_loss=(?P<value>-?\\d+(?:\\.\\d+)?)'
-      goal: min
-      required: true
-advanced:
-  security_mode: unsafe
-"""
-
-TUNING = """\
-version: 1
-params:
-  - name: lr
-    flag: --lr
-    type: float
-    default: 0.1
-    min_value: 0.001
-    max_value: 1.0
-"""
-
 
 @dataclass(frozen=True)
 class YamlCase:
@@ -63,13 +36,13 @@ class YamlCase:
 
 
 def _project(old: str, new: str) -> str:
-    assert old in PROJECT, old
-    return PROJECT.replace(old, new, 1)
+    assert old in PROJECT_YAML, old
+    return PROJECT_YAML.replace(old, new, 1)
 
 
 def _tuning(old: str, new: str) -> str:
-    assert old in TUNING, old
-    return TUNING.replace(old, new, 1)
+    assert old in LR_TUNING_YAML, old
+    return LR_TUNING_YAML.replace(old, new, 1)
 
 
 def _bomb() -> str:
@@ -79,7 +52,7 @@ def _bomb() -> str:
         lines.append(
             f"{name}: &{name} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]"
         )
-    return PROJECT + "\n".join(lines) + "\n"
+    return PROJECT_YAML + "\n".join(lines) + "\n"
 
 
 YAML_CASES: list[YamlCase] = [
@@ -116,7 +89,7 @@ YAML_CASES: list[YamlCase] = [
     YamlCase(
         "unknown top-level key",
         "project.yaml",
-        PROJECT + "lunch:\n  command: [x]\n",
+        PROJECT_YAML + "lunch:\n  command: [x]\n",
         ("project.yaml", "lunch"),
     ),
     YamlCase(
@@ -172,13 +145,18 @@ YAML_CASES: list[YamlCase] = [
         "a list, not a mapping", "project.yaml", "- version: 1\n- launch: {}\n", ("project.yaml",)
     ),
     YamlCase(
-        "invalid UTF-8", "project.yaml", PROJECT.encode() + b"# \xff\xfe\xfa\n", ("project.yaml",)
+        "invalid UTF-8",
+        "project.yaml",
+        PROJECT_YAML.encode() + b"# \xff\xfe\xfa\n",
+        ("project.yaml",),
     ),
-    YamlCase("NUL bytes", "project.yaml", PROJECT.encode() + b"x: \x00\x00\n", ("project.yaml",)),
+    YamlCase(
+        "NUL bytes", "project.yaml", PROJECT_YAML.encode() + b"x: \x00\x00\n", ("project.yaml",)
+    ),
     YamlCase(
         "data path escaping the project",
         "project.yaml",
-        PROJECT + "data:\n  - path: ../../etc\n    flag: --data\n",
+        PROJECT_YAML + "data:\n  - path: ../../etc\n    flag: --data\n",
         ("project.yaml", "data"),
     ),
     YamlCase(
@@ -200,13 +178,13 @@ YAML_CASES: list[YamlCase] = [
     YamlCase(
         "deeply nested",
         "project.yaml",
-        PROJECT + "deep: " + "[" * 400 + "]" * 400 + "\n",
+        PROJECT_YAML + "deep: " + "[" * 400 + "]" * 400 + "\n",
         ("project.yaml",),
     ),
     YamlCase(
         "huge file",
         "project.yaml",
-        PROJECT + "# " + "x" * 100 + "\n" + "#" * (12 * 2**20) + "\n",
+        PROJECT_YAML + "# " + "x" * 100 + "\n" + "#" * (12 * 2**20) + "\n",
         ("project.yaml",),
     ),
     YamlCase(
@@ -236,7 +214,7 @@ YAML_CASES: list[YamlCase] = [
     YamlCase(
         "tuning: duplicate param",
         "tuning.yaml",
-        TUNING + TUNING.split("params:\n", 1)[1],
+        LR_TUNING_YAML + LR_TUNING_YAML.split("params:\n", 1)[1],
         ("tuning.yaml", "lr"),
     ),
     YamlCase(

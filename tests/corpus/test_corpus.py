@@ -28,14 +28,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import run_cli
 from tests.corpus.cases import (
     HTTP_CASES,
     LLM_CASES,
     OVERSIZED_FRAME,
-    PROJECT,
     RPC_CASES,
-    TUNING,
     YAML_CASES,
     HttpCase,
     LlmCase,
@@ -43,9 +40,11 @@ from tests.corpus.cases import (
     YamlCase,
     _plan,
 )
-from tests.e2e.test_loop import OK, SESSION, llm_env
 from tests.fakes.llm_server import FakeLLM
-from tests.faults.helpers import Node, assert_no_orphans, job_env, make_project, node
+from tests.faults.helpers import Node, assert_no_orphans, job_env, make_project
+from tests.support.daemon import run_cli
+from tests.support.loop import OK, SESSION, llm_env
+from tests.support.projects import LR_TUNING_YAML, PROJECT_YAML
 from trainee.errors import ConfigError
 
 pytestmark = pytest.mark.e2e
@@ -67,28 +66,22 @@ def tree_digest(*folders: Path, skip: tuple[str, ...] = ("daemon.log",)) -> dict
 
 
 @pytest.fixture(scope="module")
-def daemon() -> Iterator[Node]:
-    with node() as n:
-        yield n
-
-
-@pytest.fixture(scope="module")
-def finished(daemon: Node, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def finished(module_node: Node, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project with one finished session (what the HTTP cases read)."""
     project = make_project(tmp_path_factory.mktemp("corpus") / "proj", max_rounds=1)
-    daemon.start_session(project)
-    daemon.wait_finished(project)
+    module_node.start_session(project)
+    module_node.wait_finished(project)
     return project
 
 
 @pytest.fixture
-def unchanged(daemon: Node, finished: Path) -> Iterator[None]:
+def unchanged(module_node: Node, finished: Path) -> Iterator[None]:
     """The watched files are byte-identical after the case."""
-    home = Path(daemon.env["HOME"])
+    home = Path(module_node.env["HOME"])
     home.mkdir(parents=True, exist_ok=True)
-    before = tree_digest(finished, daemon.runtime, home)
+    before = tree_digest(finished, module_node.runtime, home)
     yield
-    assert tree_digest(finished, daemon.runtime, home) == before
+    assert tree_digest(finished, module_node.runtime, home) == before
 
 
 # -- YAML ------------------------------------------------------------------------------------
@@ -97,20 +90,20 @@ def unchanged(daemon: Node, finished: Path) -> Iterator[None]:
 def _yaml_project(root: Path, case: YamlCase) -> Path:
     (root / ".trainee").mkdir(parents=True)
     (root / "train.py").write_text("print('final val_loss=0.5')\n")
-    (root / ".trainee" / "project.yaml").write_text(PROJECT)
-    (root / ".trainee" / "tuning.yaml").write_text(TUNING)
+    (root / ".trainee" / "project.yaml").write_text(PROJECT_YAML)
+    (root / ".trainee" / "tuning.yaml").write_text(LR_TUNING_YAML)
     data = case.text.encode() if isinstance(case.text, str) else case.text
     (root / ".trainee" / case.file).write_bytes(data)
     return root
 
 
 @pytest.mark.parametrize("case", YAML_CASES, ids=[c.name for c in YAML_CASES])
-def test_yaml(daemon: Node, tmp_path: Path, case: YamlCase) -> None:
+def test_yaml(module_node: Node, tmp_path: Path, case: YamlCase) -> None:
     project = _yaml_project(tmp_path / "proj", case)
     before = tree_digest(project)
 
     with pytest.raises(ConfigError) as info:
-        daemon.rpc("project_get", {"project_root": str(project)})
+        module_node.rpc("project_get", {"project_root": str(project)})
     error = info.value
     assert error.file is not None and error.file.endswith(case.file), error.data
     assert error.reason, error.data
@@ -120,7 +113,7 @@ def test_yaml(daemon: Node, tmp_path: Path, case: YamlCase) -> None:
         else:
             assert fragment in error.message, (fragment, error.message)
 
-    env = job_env(daemon.env)
+    env = job_env(module_node.env)
     doctor = run_cli("doctor", str(project), "--skip-provider-test", "--json", env=env)
     assert doctor.returncode == EXIT_DOCTOR_FAILED, doctor.stderr
     failed = [c for c in doctor.json()["checks"] if c["status"] == "fail"]
@@ -161,8 +154,8 @@ class RawSocket:
 
 
 @pytest.fixture(scope="module")
-def raw(daemon: Node) -> Iterator[RawSocket]:
-    conn = RawSocket(daemon.daemon.socket)
+def raw(module_node: Node) -> Iterator[RawSocket]:
+    conn = RawSocket(module_node.daemon.socket)
     yield conn
     conn.close()
 
@@ -190,9 +183,9 @@ def test_rpc_over_the_socket(raw: RawSocket, case: RpcCase) -> None:
 
 @pytest.mark.parametrize("case", RPC_CASES, ids=[c.name for c in RPC_CASES])
 @pytest.mark.usefixtures("unchanged")
-def test_rpc_over_http(daemon: Node, case: RpcCase) -> None:
-    headers = {"Authorization": f"Bearer {daemon.daemon.token}"}
-    with httpx.Client(base_url=daemon.daemon.http_url, headers=headers, timeout=30) as http:
+def test_rpc_over_http(module_node: Node, case: RpcCase) -> None:
+    headers = {"Authorization": f"Bearer {module_node.daemon.token}"}
+    with httpx.Client(base_url=module_node.daemon.http_url, headers=headers, timeout=30) as http:
         response = http.post("/rpc", content=case.frame)
     assert response.status_code == 200, response.text
     _check_rpc(case, response.json())
@@ -212,11 +205,11 @@ def test_rpc_an_oversized_frame_is_refused_and_the_connection_kept(raw: RawSocke
 
 @pytest.mark.parametrize("case", HTTP_CASES, ids=[c.name for c in HTTP_CASES])
 @pytest.mark.usefixtures("unchanged")
-def test_http(daemon: Node, finished: Path, case: HttpCase) -> None:
+def test_http(module_node: Node, finished: Path, case: HttpCase) -> None:
     headers = dict(case.headers)
     if case.token:
-        headers["Authorization"] = f"Bearer {daemon.daemon.token}"
-    with httpx.Client(base_url=daemon.daemon.http_url, timeout=60) as http:
+        headers["Authorization"] = f"Bearer {module_node.daemon.token}"
+    with httpx.Client(base_url=module_node.daemon.http_url, timeout=60) as http:
         response = http.request(
             case.method,
             case.path.replace("{project}", str(finished)),
@@ -233,7 +226,7 @@ def test_http(daemon: Node, finished: Path, case: HttpCase) -> None:
 
 
 @pytest.mark.parametrize("case", LLM_CASES, ids=[c.name for c in LLM_CASES])
-def test_llm_answer(daemon: Node, tmp_path: Path, case: LlmCase) -> None:
+def test_llm_answer(module_node: Node, tmp_path: Path, case: LlmCase) -> None:
     behaviour: dict[str, Any] = {"steps": 1}
     first: list[dict[str, str]] = []  # answers before the bad ones
     if case.log:
@@ -245,8 +238,8 @@ def test_llm_answer(daemon: Node, tmp_path: Path, case: LlmCase) -> None:
     spec_files = tree_digest(project / ".trainee", skip=())
     script = [OK, *first, *({"content": answer} for answer in case.answers)]
     with FakeLLM(script) as fake:
-        daemon.start_session(project, policy="llm", env=llm_env(daemon.env, fake))
-        state = daemon.wait_finished(project)
+        module_node.start_session(project, policy="llm", env=llm_env(module_node.env, fake))
+        state = module_node.wait_finished(project)
         requests = fake.requests
     session = state["session"]
     assert session["status"] == "failed", session
@@ -261,7 +254,7 @@ def test_llm_answer(daemon: Node, tmp_path: Path, case: LlmCase) -> None:
     assert [r["index"] for r in rounds] == list(range(1, ran + 1)), "none on a refused answer"
     assert not (project / ".trainee" / "runs" / SESSION / f"round-{ran + 1:04d}").exists()
     assert rounds[0]["command"] == "python train.py --lr 0.1"
-    decisions = daemon.rpc("runs_get", {"project_root": str(project), "run_id": 1})
+    decisions = module_node.rpc("runs_get", {"project_root": str(project), "run_id": 1})
     assert decisions["decision"] is None
     for name in ("project.yaml", "tuning.yaml"):
         path = str(project / ".trainee" / name)
@@ -272,9 +265,9 @@ def test_llm_answer(daemon: Node, tmp_path: Path, case: LlmCase) -> None:
 # -- the end -----------------------------------------------------------------------------------
 
 
-def test_the_corpus_is_large_and_the_daemon_survived_it(daemon: Node) -> None:
+def test_the_corpus_is_large_and_the_daemon_survived_it(module_node: Node) -> None:
     size = len(YAML_CASES) + len(RPC_CASES) + 1 + len(HTTP_CASES) + len(LLM_CASES)
     assert size >= 50, size
-    hello = daemon.rpc("daemon_hello")
-    assert hello["name"] == "trainee" and hello["pid"] == daemon.daemon.proc.pid  # type: ignore[union-attr]
-    assert "Traceback" not in daemon.log, daemon.log[-3000:]
+    hello = module_node.rpc("daemon_hello")
+    assert hello["name"] == "trainee" and hello["pid"] == module_node.daemon.proc.pid  # type: ignore[union-attr]
+    assert "Traceback" not in module_node.log, module_node.log[-3000:]

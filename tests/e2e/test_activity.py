@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, run_cli
-from tests.e2e.test_loop import SESSION, call, wait_finished, wait_until
+from tests.support.daemon import Daemon, run_cli
+from tests.support.loop import SESSION, call, wait_finished, wait_until
 
 pytestmark = pytest.mark.e2e
 

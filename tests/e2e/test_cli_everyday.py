@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import socket
 import stat
@@ -16,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, base_env, run_cli
 from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import Daemon, base_env, run_cli
+from tests.support.timing import pause
 from trainee.cli import COMMANDS, build_parser
 
 pytestmark = pytest.mark.e2e
@@ -76,10 +76,6 @@ def test_doctor_without_a_project_says_to_run_init(daemon: Daemon, tmp_path: Pat
     assert "run `trainee init` to create .trainee/project.yaml" in result.stdout, result.stdout
 
 
-def _pause(seconds: float) -> None:
-    select.select([], [], [], seconds)
-
-
 def test_a_taken_port_names_the_option_and_the_variable(short_dir: Path) -> None:
     env = base_env(short_dir)
     with socket.socket() as taken:
@@ -113,7 +109,7 @@ def test_serve_without_a_project_keeps_service_data_in_a_private_home_folder(
         deadline = time.monotonic() + 60
         while run_cli("daemon", "status", env=env).returncode != 0:  # asks, starts none
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            _pause(0.1)
+            pause(0.1)
         assert runtime.is_dir() and stat.S_IMODE(runtime.stat().st_mode) == 0o700
         assert stat.S_IMODE(runtime.parent.stat().st_mode) == 0o700
     finally:

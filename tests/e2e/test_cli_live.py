@@ -14,21 +14,21 @@ import json
 import os
 import pty
 import re
-import select
 import signal
 import struct
 import sys
 import termios
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyte  # type: ignore[import-untyped]
 import pytest
 
-from tests.conftest import Daemon, run_cli
-from tests.e2e.test_loop import assert_no_training_left, copy_example, wait_until
+from tests.support.daemon import Daemon, copy_example, run_cli
+from tests.support.loop import wait_until
+from tests.support.processes import assert_no_training_left
+from tests.support.timing import wait_for
 from trainee.cli.live import TAIL_LINES
 
 pytestmark = pytest.mark.e2e
@@ -83,17 +83,21 @@ class Terminal:
         return "\n".join(self.lines())
 
     def wait_for(self, what: str | Callable[[str], bool], timeout: float = 90.0) -> str:
+        """The screen's text once ``what`` is on it (or ``what(text)`` holds)."""
         done = (lambda t: what in t) if isinstance(what, str) else what
-        deadline = time.monotonic() + timeout
-        while not done(text := self.text()):
+
+        def shown() -> tuple[str] | None:
+            text = self.text()
+            if done(text):
+                return (text,)
             if self.status is None and self._exited():
                 text = self.text()
                 if done(text):
-                    break
+                    return (text,)
                 pytest.fail(f"exited ({self.status}) before {what!r}:\n{text[-4000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no {what!r} within {timeout}s:\n{text[-4000:]}")
-            select.select([], [], [], 0.05)
+            return None
+
+        (text,) = wait_for(shown, repr(what), timeout=timeout, detail=lambda: self.text()[-4000:])
         return text
 
     def ctrl_c(self) -> None:
@@ -106,12 +110,16 @@ class Terminal:
         return self.status is not None
 
     def wait_exit(self, timeout: float = 90.0) -> int:
-        deadline = time.monotonic() + timeout
-        while not self._exited():
-            if time.monotonic() > deadline:
-                os.kill(self.pid, signal.SIGKILL)
-                pytest.fail(f"still running after {timeout}s:\n{self.text()[-4000:]}")
-            select.select([], [], [], 0.05)
+        try:
+            wait_for(
+                self._exited,
+                "the command to exit",
+                timeout=timeout,
+                detail=lambda: self.text()[-4000:],
+            )
+        except pytest.fail.Exception:
+            os.kill(self.pid, signal.SIGKILL)
+            raise
         self._reader.join(5)
         assert self.status is not None
         return self.status

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, run_cli
-from tests.e2e.test_loop import assert_no_training_left, copy_example, wait_until
+from tests.support.daemon import Daemon, copy_example, run_cli
+from tests.support.loop import wait_until
+from tests.support.processes import assert_no_training_left
 
 pytestmark = pytest.mark.e2e
 

@@ -17,15 +17,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import Daemon, run_cli
-from tests.e2e.test_loop import assert_no_training_left, call, wait_finished
 from tests.integration.sources_project import expected_val_loss, write_project
+from tests.support.daemon import Daemon, run_cli
+from tests.support.extras import require
+from tests.support.loop import call, wait_finished
+from tests.support.processes import assert_no_training_left
 from trainee.spec import load_project
 
 pytestmark = pytest.mark.e2e
 
-pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
-pytest.importorskip("optuna", reason="the optuna extra is not installed")
+require("tensorboard")
+require("optuna")
 
 
 def test_a_tpe_session_keeps_the_constraints_and_reads_tensorboard_and_csv(

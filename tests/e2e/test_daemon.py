@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.conftest import Daemon, base_env, run_cli
+from tests.support.daemon import Daemon, base_env, run_cli
 from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e

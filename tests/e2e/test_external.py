@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon
-from tests.e2e.test_loop import assert_no_training_left, copy_example, wait_finished
+from tests.support.daemon import Daemon, copy_example
+from tests.support.loop import wait_finished
+from tests.support.processes import assert_no_training_left
 from trainee import errors
 from trainee.rpc.client import RpcClient
 

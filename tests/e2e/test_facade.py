@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -24,11 +23,11 @@ import mcp_types as types
 import pytest
 from openapi_spec_validator import validate as validate_openapi
 
-from tests.conftest import Daemon, base_env, run_cli
-from tests.e2e.test_loop import OK, llm_env, plan
-from tests.e2e.test_mcp import legacy_stdio
 from tests.fakes.llm_server import FakeLLM
-from tests.faults.helpers import Node, make_project, node
+from tests.faults.helpers import Node, make_project
+from tests.support.daemon import Daemon, base_env, run_cli
+from tests.support.loop import OK, llm_env, plan
+from tests.support.mcp import legacy_stdio
 from trainee import errors, states
 from trainee.api.routes import ALIASES
 from trainee.api.table import registry
@@ -39,17 +38,11 @@ SESSION = "session-0001"
 
 
 @pytest.fixture(scope="module")
-def daemon() -> Iterator[Node]:
-    with node() as n:
-        yield n
-
-
-@pytest.fixture(scope="module")
-def finished(daemon: Node, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def finished(module_node: Node, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project whose first session (2 rounds, random policy) has ended."""
     project = make_project(tmp_path_factory.mktemp("facade") / "proj", max_rounds=2)
-    daemon.start_session(project)
-    state = daemon.wait_finished(project)
+    module_node.start_session(project)
+    state = module_node.wait_finished(project)
     assert state["session"]["stop_reason"] == "max_rounds", state["session"]
     return project
 
@@ -102,18 +95,18 @@ def former_endpoints(project: Path) -> list[tuple[str, dict[str, Any], str]]:
 
 
 def test_every_former_endpoint_answers_the_same_on_every_transport(
-    daemon: Node, finished: Path
+    module_node: Node, finished: Path
 ) -> None:
     cases = former_endpoints(finished)
-    with http(daemon) as client:
+    with http(module_node) as client:
         for name, params, url in cases:
             assert name in registry, name
-            by_socket = daemon.rpc(name, params)
+            by_socket = module_node.rpc(name, params)
             by_tool = client.post(f"/api/tools/{name}", json=params)
             assert by_tool.status_code == 200, (name, by_tool.text)
             by_url = client.get(url)
             assert by_url.status_code == 200, (url, by_url.text)
-            by_cli = cli(daemon, name, params)
+            by_cli = cli(module_node, name, params)
             assert by_cli.returncode == 0, by_cli.stderr
             answers = [
                 by_tool.json()["result"],
@@ -122,19 +115,21 @@ def test_every_former_endpoint_answers_the_same_on_every_transport(
                 by_cli.json(),
             ]
             assert all(a == by_socket for a in answers), name
-    projects = daemon.rpc("projects_list")["projects"]
+    projects = module_node.rpc("projects_list")["projects"]
     entry = next(p for p in projects if p["root"] == str(finished.resolve()))
     assert entry["configured"] and entry["exists"] and entry["running"] == []
-    metrics = daemon.rpc("round_metrics", {"session": 1, "round": 2, "project_root": str(finished)})
+    metrics = module_node.rpc(
+        "round_metrics", {"session": 1, "round": 2, "project_root": str(finished)}
+    )
     values = [p[1] for p in metrics["points"] if p[0] == "val_loss"]
-    state = daemon.state(finished)
+    state = module_node.state(finished)
     assert values == [pytest.approx(state["rounds"][1]["primary_metric"])], metrics
 
 
-def test_every_alias_is_a_registered_method_and_every_api_route_is_one(daemon: Node) -> None:
+def test_every_alias_is_a_registered_method_and_every_api_route_is_one(module_node: Node) -> None:
     """Apart from static files and the event stream, the app's API routes are methods."""
     assert {a.method for a in ALIASES} <= set(registry.names())
-    with http(daemon) as client:
+    with http(module_node) as client:
         paths = client.get("/api/openapi.json").json()["paths"]
     hand = {"/api/sessions/{session}/events", "/rpc"}
     for path in set(paths) - hand:
@@ -145,19 +140,19 @@ def test_every_alias_is_a_registered_method_and_every_api_route_is_one(daemon: N
 
 
 def test_a_session_file_is_a_method_and_its_download_the_same_bytes(
-    daemon: Node, finished: Path
+    module_node: Node, finished: Path
 ) -> None:
     folder = finished / ".trainee" / "artifacts" / SESSION
     root = str(finished)
-    with http(daemon) as client:
+    with http(module_node) as client:
         for name in ("report.md", "result_ledger.csv", "research_state.json", "round-0001.log"):
             content = (folder / name).read_bytes()
-            got = daemon.rpc(
+            got = module_node.rpc(
                 "session_file", {"session": SESSION, "name": name, "project_root": root}
             )
             assert got["data"].encode() == content and got["size"] == len(content), name
             assert not got["overflow"] and got["path"] == str(folder / name)
-            part = daemon.rpc(
+            part = module_node.rpc(
                 "session_file",
                 {"session": "1", "name": name, "project_root": root, "offset": 5, "length": 7},
             )
@@ -175,12 +170,12 @@ def test_a_session_file_is_a_method_and_its_download_the_same_bytes(
     (folder / "report_chart.svg").symlink_to(finished / "outside.txt")
     try:
         err = _socket_error(
-            daemon,
+            module_node,
             "session_file",
             {"session": SESSION, "name": "report_chart.svg", "project_root": root},
         )
         assert isinstance(err, errors.NotFound) and "not a regular file" in err.message
-        with http(daemon) as client:
+        with http(module_node) as client:
             r = client.get(
                 f"/api/sessions/{SESSION}/files/report_chart.svg?project_root={quote(root)}"
             )
@@ -189,12 +184,12 @@ def test_a_session_file_is_a_method_and_its_download_the_same_bytes(
         (folder / "report_chart.svg").unlink()
 
 
-def test_the_system_prompt_url_is_an_alias_of_its_methods(daemon: Node) -> None:
-    with http(daemon) as client:
+def test_the_system_prompt_url_is_an_alias_of_its_methods(module_node: Node) -> None:
+    with http(module_node) as client:
         put = client.put("/api/runtime/system-prompt", json={"prompt": "Be terse."})
         assert put.status_code == 200 and put.json() == {"prompt": "Be terse.", "is_default": False}
-        assert daemon.rpc("runtime_system_prompt_get")["prompt"] == "Be terse."
-        assert cli(daemon, "runtime_system_prompt_get", {}).json()["prompt"] == "Be terse."
+        assert module_node.rpc("runtime_system_prompt_get")["prompt"] == "Be terse."
+        assert cli(module_node, "runtime_system_prompt_get", {}).json()["prompt"] == "Be terse."
         back = client.post("/api/runtime/system-prompt", json={"prompt": ""}).json()
         assert back["is_default"] is True
         big = client.put("/api/runtime/system-prompt", json={"prompt": "x" * 70_000})
@@ -204,11 +199,11 @@ def test_the_system_prompt_url_is_an_alias_of_its_methods(daemon: Node) -> None:
 # -- the OpenAPI document ----------------------------------------------------------------------
 
 
-def test_the_openapi_document_is_valid_and_covers_every_method(daemon: Node) -> None:
-    with http(daemon) as client:
+def test_the_openapi_document_is_valid_and_covers_every_method(module_node: Node) -> None:
+    with http(module_node) as client:
         doc = client.get("/api/openapi.json").json()
     validate_openapi(doc)  # the OpenAPI 3.1 specification's own schema and rules
-    assert doc == daemon.rpc("openapi_get")
+    assert doc == module_node.rpc("openapi_get")
     paths = doc["paths"]
     for method in registry:
         op = paths[f"/api/tools/{method.name}"]["post"]
@@ -234,9 +229,9 @@ def test_the_openapi_document_is_valid_and_covers_every_method(daemon: Node) -> 
                 assert schema == method.result_schema(), alias.path
 
 
-def test_named_result_fields_for_the_loop_tools(daemon: Node) -> None:
+def test_named_result_fields_for_the_loop_tools(module_node: Node) -> None:
     """``trainee tools`` shows what loop_get, runs_get and session_report return."""
-    out = run_cli("tools", "--json", env=daemon.env)
+    out = run_cli("tools", "--json", env=module_node.env)
     assert out.returncode == 0, out.stderr
     described = {e["function"]["name"]: e["function"]["description"] for e in out.json()}
     assert (
@@ -259,7 +254,7 @@ def test_named_result_fields_for_the_loop_tools(daemon: Node) -> None:
                 assert {"status", "index"} <= set(shown["properties"]), (name, field)
 
 
-def test_results_match_their_schemas(daemon: Node, finished: Path) -> None:
+def test_results_match_their_schemas(module_node: Node, finished: Path) -> None:
     root = str(finished)
     calls = {
         "loop_get": {"project_root": root, "session": SESSION},
@@ -273,7 +268,7 @@ def test_results_match_their_schemas(daemon: Node, finished: Path) -> None:
         "logs_tail": {"project_root": root, "session": SESSION, "round": 2, "tail": 1},
     }
     for name, params in calls.items():
-        result = daemon.rpc(name, params)
+        result = module_node.rpc(name, params)
         jsonschema.validate(result, registry.get(name).result_schema())
         if name == "prompt_preview":  # no provider configured: the messages as composed
             assert result["response_format"] is None and result["provider"] is None
@@ -300,12 +295,14 @@ def error_cases(tmp: Path) -> list[tuple[str, Any, type[errors.TraineeError]]]:
     ]
 
 
-def test_errors_are_mapped_the_same_way_on_every_transport(daemon: Node, tmp_path: Path) -> None:
+def test_errors_are_mapped_the_same_way_on_every_transport(
+    module_node: Node, tmp_path: Path
+) -> None:
     (tmp_path / ".trainee").mkdir()
     (tmp_path / ".trainee" / "project.yaml").write_text("version: 1\nlaunch: {command: 3}\n")
-    with http(daemon) as client:
+    with http(module_node) as client:
         for name, params, cls in error_cases(tmp_path):
-            by_socket = _socket_error(daemon, name, params)
+            by_socket = _socket_error(module_node, name, params)
             assert type(by_socket) is cls, (name, by_socket)
             wire = by_socket.to_wire()
             assert wire["code"] == cls.code and wire["data"]["type"] == cls.__name__
@@ -313,12 +310,12 @@ def test_errors_are_mapped_the_same_way_on_every_transport(daemon: Node, tmp_pat
             assert tool.status_code == cls.http_status, (name, tool.status_code, tool.text)
             assert tool.json()["error"] == wire, name
             assert over_rpc(client, name, params)["error"] == wire, name
-            by_cli = cli(daemon, name, params)
+            by_cli = cli(module_node, name, params)
             assert by_cli.returncode == cls.exit_status, (name, by_cli.stderr)
-            assert cli(daemon, name, params, "--json").json()["error"] == wire, name
+            assert cli(module_node, name, params, "--json").json()["error"] == wire, name
 
         async def over_mcp() -> list[types.CallToolResult]:
-            async with legacy_stdio(daemon.env) as session:
+            async with legacy_stdio(module_node.env) as session:
                 return [
                     await session.call_tool(name, params)
                     for name, params, _ in error_cases(tmp_path)
@@ -380,7 +377,9 @@ def test_the_registry_refuses_calls_while_the_daemon_shuts_down(short_dir: Path)
 # -- prompt_preview is what the provider receives ----------------------------------------------
 
 
-def test_prompt_preview_is_exactly_what_the_provider_receives(daemon: Node, tmp_path: Path) -> None:
+def test_prompt_preview_is_exactly_what_the_provider_receives(
+    module_node: Node, tmp_path: Path
+) -> None:
     """The decision for round 3 waits at the fake provider (its answer is held); the
     preview of the same session, computed meanwhile, is the request it received: the
     same messages (journal, budget, and the schema note of the json_object level the
@@ -388,7 +387,9 @@ def test_prompt_preview_is_exactly_what_the_provider_receives(daemon: Node, tmp_
     project = make_project(tmp_path / "proj", max_rounds=5, behaviour={"steps": 1})
     with (project / ".trainee" / "project.yaml").open("a") as fh:
         fh.write("llm:\n  max_tokens: 1000000\n")
-    daemon.rpc("journal_append", {"project_root": str(project), "text": "lr above 0.5 diverged"})
+    module_node.rpc(
+        "journal_append", {"project_root": str(project), "text": "lr above 0.5 diverged"}
+    )
     script = [
         {"refuse_format": ["json_schema"]},  # the live test falls back to json_object
         OK,
@@ -396,12 +397,14 @@ def test_prompt_preview_is_exactly_what_the_provider_receives(daemon: Node, tmp_
         {"delay": 600, "content": "never read"},
     ]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake, TRAINEE_LLM_TIMEOUT_SEC="900")
-        daemon.start_session(project, policy="llm", env=env)
-        daemon.wait(project, lambda _: len(fake.requests) == 4, what="the round-3 decision")
-        preview = daemon.rpc("prompt_preview", {"project_root": str(project), "session": SESSION})
+        env = llm_env(module_node.env, fake, TRAINEE_LLM_TIMEOUT_SEC="900")
+        module_node.start_session(project, policy="llm", env=env)
+        module_node.wait(project, lambda _: len(fake.requests) == 4, what="the round-3 decision")
+        preview = module_node.rpc(
+            "prompt_preview", {"project_root": str(project), "session": SESSION}
+        )
         sent = fake.requests[3]
-        daemon.rpc("loop_stop", {"project_root": str(project), "session": SESSION})
+        module_node.rpc("loop_stop", {"project_root": str(project), "session": SESSION})
     assert preview["round"] == 3 and preview["plans"] == 1 and preview["policy"] == "llm"
     assert preview["response_format"] == "json_object"
     assert preview["messages"] == sent["messages"]
@@ -413,13 +416,13 @@ def test_prompt_preview_is_exactly_what_the_provider_receives(daemon: Node, tmp_
     assert "lr above 0.5 diverged" in user  # the journal
     assert "Tokens left in the LLM budget" in user
     # a fresh preview of the ended session: the same code, from the store
-    again = daemon.rpc("prompt_preview", {"project_root": str(project), "session": SESSION})
+    again = module_node.rpc("prompt_preview", {"project_root": str(project), "session": SESSION})
     assert again["messages"][0] == preview["messages"][0]
 
 
-def test_daemon_hello_publishes_the_states(daemon: Node) -> None:
+def test_daemon_hello_publishes_the_states(module_node: Node) -> None:
     """Clients take statuses and stop reasons from the daemon, not from their own copy."""
     published = states.published()
-    assert daemon.rpc("daemon_hello")["states"] == published
-    assert cli(daemon, "daemon_hello", {}).json()["states"] == published
+    assert module_node.rpc("daemon_hello")["states"] == published
+    assert cli(module_node, "daemon_hello", {}).json()["states"] == published
     assert set(published["round_finished"]) == {s.value for s in states.ROUND_FINISHED}  # type: ignore[arg-type]

@@ -7,16 +7,14 @@ session with the fix, dry-run numbering after a real session, and doctor on a co
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, _kill_leftover_daemons, run_cli, venv_env
+from tests.support.daemon import Daemon, run_cli
+from tests.support.extras import needs
 
 pytestmark = pytest.mark.e2e
 
@@ -66,21 +64,6 @@ params:
 """
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    """One daemon for the module whose jobs find this venv's python (hydra-core is there)."""
-    runtime = Path(tempfile.mkdtemp(prefix="tr-fc-", dir="/tmp"))
-    d = Daemon(runtime=runtime, env=venv_env(runtime))
-    line = d.start()
-    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
-    try:
-        yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
-        shutil.rmtree(runtime, ignore_errors=True)
-
-
 def project(root: Path, project_yaml: str, files: dict[str, str], tuning: str = TUNING) -> Path:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +94,7 @@ def run_line(log: Path) -> dict[str, Any]:
 
 
 def test_output_flag_failed_baseline_dry_run_numbering_and_doctor(
-    daemon: Daemon, tmp_path: Path
+    module_venv_daemon: Daemon, tmp_path: Path
 ) -> None:
     no_scratch = PROJECT + "advanced:\n  scratch_cwd: false\n"
     root = project(tmp_path / "charnn", no_scratch, {"train.py": TRAIN})
@@ -120,44 +103,44 @@ def test_output_flag_failed_baseline_dry_run_numbering_and_doctor(
     # 1. guarded in the project itself (no scratch folder), nothing redirects "-o out": the
     # baseline fails on the read-only project, the session is failed (exit 1) and says
     # what to set instead of tuning nothing
-    code, out = run(daemon, root, "--max-rounds", "3")
+    code, out = run(module_venv_daemon, root, "--max-rounds", "3")
     assert code == 1, out
     assert "session-0001: failed (baseline_failed)" in out
     assert "Read-only file system: 'out'" in out  # the log's tail
     assert "output.flag" in out and "nothing to tune" in out
-    first = session(daemon, root, "session-0001")
+    first = session(module_venv_daemon, root, "session-0001")
     assert [r["status"] for r in first["rounds"]] == ["failed"]  # no decision after it
     assert first["session"]["status"] == "failed"
 
     # 2. the dry run shows what the next session really gets, and creates nothing
     before = sorted(p.name for p in (trainee / "runs").iterdir())
-    dry = daemon.cli("run", str(root), "--dry-run", "--json")
+    dry = module_venv_daemon.cli("run", str(root), "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     shown = dry.json()
     assert shown["session"] == "session-0002" and shown["round"] == 1
     assert shown["env"]["TRAINEE_SESSION_ID"] == "session-0002"
     assert shown["env"]["TRAINEE_ROUND_DIR"] == str(trainee / "runs/session-0002/round-0001")
     assert sorted(p.name for p in (trainee / "runs").iterdir()) == before
-    text = daemon.cli("run", str(root), "--dry-run").stdout
+    text = module_venv_daemon.cli("run", str(root), "--dry-run").stdout
     assert "the next session would be session-0002" in text
 
     # 3. output.flag hands the round's outputs folder to -o: the same script now works
     yaml = trainee / "project.yaml"
     yaml.write_text(yaml.read_text() + "output:\n  flag: -o\n")
-    code, out = run(daemon, root)
+    code, out = run(module_venv_daemon, root)
     assert code == 0, out
     outputs = trainee / "runs/session-0002/round-0001/outputs"
     assert json.loads((outputs / "metrics.json").read_text()) == {"lr": 0.1}
     assert not (root / "out").exists()
-    second = session(daemon, root, "session-0002")
+    second = session(module_venv_daemon, root, "session-0002")
     assert second["session"]["status"] == "finished"
     assert second["rounds"][0]["primary_metric"] == pytest.approx(0.57)
 
     # the failed session, resumed after the fix, starts again from a baseline
     resumed = run_cli("run", str(root), "--resume", "session-0001", "--max-rounds", "2",
-                      env=daemon.env, timeout=120)  # fmt: skip
+                      env=module_venv_daemon.env, timeout=120)  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    rounds = session(daemon, root, "session-0001")["rounds"]
+    rounds = session(module_venv_daemon, root, "session-0001")["rounds"]
     assert [(r["status"], r["verdict"], r["diff"]) for r in rounds] == [
         ("failed", "rejected", {}),
         ("completed", "baseline", {}),
@@ -165,14 +148,14 @@ def test_output_flag_failed_baseline_dry_run_numbering_and_doctor(
 
     # 4. doctor reads that coloured, \r-rewritten log as the runtime did; --policy tpe
     # needs no provider (none is configured here)
-    doctor = daemon.cli("doctor", str(root), "--policy", "tpe", "--json")
+    doctor = module_venv_daemon.cli("doctor", str(root), "--policy", "tpe", "--json")
     assert doctor.returncode == 0, doctor.stdout
     rows = {c["name"]: c for c in doctor.json()["checks"]}
     assert rows["metrics"]["status"] == "pass" and "matched val_loss" in rows["metrics"]["detail"]
     assert rows["provider"]["detail"] == "policy tpe needs no provider"
-    default = daemon.cli("doctor", str(root), "--json")  # decision.policy: llm
+    default = module_venv_daemon.cli("doctor", str(root), "--json")  # decision.policy: llm
     assert {c["name"]: c for c in default.json()["checks"]}["provider"]["status"] == "fail"
-    bad = daemon.cli("doctor", str(root), "--policy", "tpee")
+    bad = module_venv_daemon.cli("doctor", str(root), "--policy", "tpee")
     assert bad.returncode == 2 and "did you mean 'tpe'" in bad.stderr
 
 
@@ -211,7 +194,7 @@ metrics:
 
 
 def test_a_guarded_round_writes_its_working_folder_in_the_round_not_the_project(
-    daemon: Daemon, tmp_path: Path
+    module_venv_daemon: Daemon, tmp_path: Path
 ) -> None:
     """advanced.scratch_cwd (on by default, guarded): the job runs in {round_dir}/cwd,
     links to the project's entries; what it writes there stays with the round, the
@@ -223,9 +206,9 @@ def test_a_guarded_round_writes_its_working_folder_in_the_round_not_the_project(
     }
     root = project(tmp_path / "cwdw", CWD_PROJECT, files)
     before = sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".trainee" not in p.parts)
-    code, out = run(daemon, root)
+    code, out = run(module_venv_daemon, root)
     assert code == 0, out
-    state = session(daemon, root, "session-0001")
+    state = session(module_venv_daemon, root, "session-0001")
     assert [r["status"] for r in state["rounds"]] == ["completed", "completed"], out
     assert state["rounds"][0]["primary_metric"] == pytest.approx(0.076)
     for index in (1, 2):
@@ -243,7 +226,7 @@ def test_a_guarded_round_writes_its_working_folder_in_the_round_not_the_project(
     pfile = root / ".trainee" / "project.yaml"
     text = pfile.read_text().replace("path: log.jsonl", "path: '{round_dir}/log.jsonl'")
     pfile.write_text(text + "advanced:\n  scratch_cwd: false\n")
-    code, out = run(daemon, root)
+    code, out = run(module_venv_daemon, root)
     assert code == 1 and "Read-only file system" in out, out
 
 
@@ -281,7 +264,7 @@ advanced:
     ids=["guarded", "unsafe", "shell-command-guarded"],
 )
 def test_values_placeholders_and_launch_env_reach_the_job(
-    daemon: Daemon, tmp_path: Path, mode: str, shell: bool
+    module_venv_daemon: Daemon, tmp_path: Path, mode: str, shell: bool
 ) -> None:
     text = VALUES.format(
         mode=mode,
@@ -291,7 +274,7 @@ def test_values_placeholders_and_launch_env_reach_the_job(
         else "",
     )
     root = project(tmp_path / "p", text, {"train.py": TRAIN})
-    code, out = run(daemon, root)
+    code, out = run(module_venv_daemon, root)
     assert code == 0, out
     rnd = root / ".trainee/runs/session-0001/round-0001"
     seen = run_line(root / ".trainee/artifacts/session-0001/round-0001.log")
@@ -372,10 +355,10 @@ params:
 """
 
 
+@needs("hydra")
 def test_a_real_hydra_app_runs_guarded_with_its_groups_and_outputs(
-    daemon: Daemon, tmp_path: Path
+    module_venv_daemon: Daemon, tmp_path: Path
 ) -> None:
-    pytest.importorskip("hydra", reason="hydra-core is not installed (the `hydra` extra)")
     files = {
         "app.py": HYDRA_APP,
         "conf/config.yaml": "defaults:\n  - model: small\n  - _self_\n"
@@ -384,9 +367,9 @@ def test_a_real_hydra_app_runs_guarded_with_its_groups_and_outputs(
         "conf/model/wide.yaml": "width: 16\n",
     }
     root = project(tmp_path / "hy", HYDRA_PROJECT, files, HYDRA_TUNING)
-    code, out = run(daemon, root)
+    code, out = run(module_venv_daemon, root)
     assert code == 0, out
-    state = session(daemon, root, "session-0001")
+    state = session(module_venv_daemon, root, "session-0001")
     rounds = state["rounds"]
     assert [r["status"] for r in rounds] == ["completed", "completed"]
     # the group choice of launch.args (model=wide) resolved from the project's conf/

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Daemon
-from tests.e2e.test_loop import assert_no_training_left, loop_get
+from tests.support.daemon import REPO, Daemon
+from tests.support.loop import loop_get
+from tests.support.processes import assert_no_training_left
 
 pytestmark = pytest.mark.e2e
 

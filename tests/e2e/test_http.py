@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import Daemon
+from tests.support.daemon import Daemon
 
 pytestmark = pytest.mark.e2e
 

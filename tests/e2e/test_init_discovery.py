@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon
+from tests.support.daemon import Daemon
 
 pytestmark = pytest.mark.e2e
 

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import importlib.util
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -24,49 +22,36 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, copy_example, venv_env
-from tests.e2e.test_loop import SESSION, assert_no_training_left, call, run_cli, wait_finished
+from tests.support.daemon import (
+    REPO,
+    Daemon,
+    copy_example,
+    kill_leftover_daemons,
+    run_cli,
+    venv_env,
+)
+from tests.support.extras import missing, needs
+from tests.support.loop import SESSION, call, wait_finished
+from tests.support.processes import assert_no_training_left
+from tests.support.timing import wait_for
 from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e
 
 
-def _needs(module: str, extra: str) -> pytest.MarkDecorator:
-    return pytest.mark.skipif(
-        importlib.util.find_spec(module) is None,
-        reason=f"the {extra} extra is not installed (pip install 'trainee[{extra}]')",
-    )
-
-
-needs_mlflow = _needs("mlflow", "mlflow")
-needs_wandb = _needs("wandb", "wandb")
-needs_apprise = _needs("apprise", "notify")
+needs_mlflow = needs("mlflow")
+needs_wandb = needs("wandb")
+needs_apprise = needs("notify")
 SECRET = "hook-secret-token-4711"
 """A token in a notification URL's path: it must show up nowhere but the receiver."""
-
-
-def _pause(seconds: float) -> None:
-    select.select([], [], [], seconds)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        _pause(0.1)
 
 
 def free_port() -> int:
@@ -129,8 +114,8 @@ def receiver() -> Iterator[Receiver]:
 @pytest.fixture(scope="module")
 def mlflow_server() -> Iterator[str]:
     """A real ``mlflow server`` on 127.0.0.1 (a free port), stopped at the end."""
-    if importlib.util.find_spec("mlflow") is None:
-        pytest.skip("the mlflow extra is not installed (pip install 'trainee[mlflow]')")
+    if (reason := missing("mlflow")) is not None:
+        pytest.skip(reason)
     folder = Path(tempfile.mkdtemp(prefix="tr-mlflow-"))
     port = free_port()
     env = {
@@ -156,7 +141,7 @@ def mlflow_server() -> Iterator[str]:
         return False
 
     try:
-        wait_for("the mlflow server", healthy, timeout=180)
+        wait_for(healthy, "the mlflow server", interval=0.1, timeout=180)
         yield url
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -309,18 +294,6 @@ def start_daemon(runtime: Path, **env: str) -> Daemon:
     return d
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    runtime = Path(tempfile.mkdtemp(prefix="tr-integ-", dir="/tmp"))
-    d = start_daemon(runtime)
-    try:
-        yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
-        shutil.rmtree(runtime, ignore_errors=True)
-
-
 def with_integrations(project: Path, integrations: dict[str, Any]) -> Path:
     path = project / ".trainee" / "project.yaml"
     doc = yaml.safe_load(path.read_text())
@@ -358,7 +331,7 @@ def exported(project: Path, sink: str, rounds: int) -> bool:
 @needs_wandb
 @needs_apprise
 def test_a_random_session_lands_in_mlflow_wandb_and_a_webhook(
-    daemon: Daemon, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    module_venv_daemon: Daemon, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project = with_integrations(
         copy_example("mlp-flags", tmp_path),
@@ -368,11 +341,14 @@ def test_a_random_session_lands_in_mlflow_wandb_and_a_webhook(
             "notify": {"urls": [receiver.url("a")]},
         },
     )
-    state = run_random(daemon, project)
-    wait_for("the MLflow export", lambda: exported(project, "mlflow", 3))
-    wait_for("the W&B export", lambda: exported(project, "wandb", 3))
+    state = run_random(module_venv_daemon, project)
+    wait_for(lambda: exported(project, "mlflow", 3), "the MLflow export", timeout=60, interval=0.1)
+    wait_for(lambda: exported(project, "wandb", 3), "the W&B export", timeout=60, interval=0.1)
     wait_for(
-        "the finished notification", lambda: any("finished" in t for t in receiver.titles("a"))
+        lambda: any("finished" in t for t in receiver.titles("a")),
+        "the finished notification",
+        timeout=60,
+        interval=0.1,
     )
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -385,39 +361,41 @@ def test_a_random_session_lands_in_mlflow_wandb_and_a_webhook(
     assert (
         f"Best val_loss {best['primary_metric']:.6g} (round {best['index']}" in finished["message"]
     )
-    assert f"{daemon.http_url}/#/session?project=" in finished["message"]
+    assert f"{module_venv_daemon.http_url}/#/session?project=" in finished["message"]
     assert finished["message"].endswith(f"&id={SESSION}")
     assert any("100 % of its round budget" in t for t in receiver.titles("a"))
 
     # the URL is a secret: masked in project_get, and a masked one sent back keeps the saved one
-    shown = call(daemon.env, "project_get", {"project_root": str(project)})
+    shown = call(module_venv_daemon.env, "project_get", {"project_root": str(project)})
     urls = shown["project"]["integrations"]["notify"]["urls"]
     assert SECRET not in json.dumps(shown) and urls[0].startswith("json://****")
     before = (project / ".trainee" / "project.yaml").read_text()
-    call(daemon.env, "project_register",
+    call(module_venv_daemon.env, "project_register",
          {**shown["project"], "tuning": shown["tuning"], "project_root": str(project)})  # fmt: skip
     assert yaml.safe_load((project / ".trainee" / "project.yaml").read_text()) == yaml.safe_load(
         before
     )
-    assert SECRET not in daemon.log
+    assert SECRET not in module_venv_daemon.log
     assert_no_training_left(project)
 
 
 @needs_mlflow
 def test_rounds_reach_a_real_mlflow_server(
-    daemon: Daemon, mlflow_server: str, tmp_path: Path
+    module_venv_daemon: Daemon, mlflow_server: str, tmp_path: Path
 ) -> None:
     project = with_integrations(
         copy_example("mlp-flags", tmp_path),
         {"mlflow": {"tracking_uri": mlflow_server, "experiment": f"mlp-{tmp_path.name}"}},
     )
-    state = run_random(daemon, project)
-    wait_for("the MLflow export", lambda: exported(project, "mlflow", 3))
+    state = run_random(module_venv_daemon, project)
+    wait_for(lambda: exported(project, "mlflow", 3), "the MLflow export", timeout=60, interval=0.1)
     wait_for(
-        "the session run to end",
         lambda: (
             mlflow_runs(mlflow_server, f"mlp-{tmp_path.name}")[SESSION].info.status == "FINISHED"
         ),
+        "the session run to end",
+        timeout=60,
+        interval=0.1,
     )
     check_mlflow(mlflow_server, f"mlp-{tmp_path.name}", state)
     assert not any(r["warnings"] for r in state["rounds"])
@@ -425,7 +403,7 @@ def test_rounds_reach_a_real_mlflow_server(
 
 @needs_apprise
 def test_notifications_tell_what_happened_with_the_numbers(
-    daemon: Daemon, receiver: Receiver, tmp_path: Path
+    module_venv_daemon: Daemon, receiver: Receiver, tmp_path: Path
 ) -> None:
     project = tmp_path / "flaky_job"
     shutil.copytree(REPO / "tests" / "fixtures" / "projects" / "flaky_job", project)
@@ -437,7 +415,7 @@ def test_notifications_tell_what_happened_with_the_numbers(
         ("a long evaluation without output", {"mode": "quiet", "target": 0.8}),
         ("a step that diverges", {"mode": "nan"}),
     ]
-    with RpcClient(daemon.socket, timeout=120) as rpc:
+    with RpcClient(module_venv_daemon.socket, timeout=120) as rpc:
         started = rpc.call("loop_start", {"project_root": root, "policy": "external",
                                           "security_mode": "unsafe", "max_rounds": 5})  # fmt: skip
         session = started["session"]
@@ -447,12 +425,17 @@ def test_notifications_tell_what_happened_with_the_numbers(
             rpc.call("round_run", {"session": session, "project_root": root,
                                    "hypothesis": hypothesis, "change_summary": hypothesis,
                                    "expected": "see", "params": params})  # fmt: skip
-    state = wait_finished(daemon.env, project)
+    state = wait_finished(module_venv_daemon.env, project)
     assert state["session"]["status"] == "failed"  # round 5 ended without its metric
     failed_title = f"trainee: flaky_job {SESSION} failed"
-    wait_for("the failed notification", lambda: failed_title in receiver.titles("b"))
+    wait_for(
+        lambda: failed_title in receiver.titles("b"),
+        "the failed notification",
+        timeout=60,
+        interval=0.1,
+    )
     by_title = {m["title"]: m["message"] for m in receiver.messages("b")}
-    page = f"{daemon.http_url}/#/session?project="
+    page = f"{module_venv_daemon.http_url}/#/session?project="
 
     best = by_title["trainee: flaky_job new best in round 2"]
     assert "val_loss 0.5, -50.0 % vs baseline 1; previous best 1." in best
@@ -468,7 +451,7 @@ def test_notifications_tell_what_happened_with_the_numbers(
     assert "(required_metric_missing) after 5 round(s)" in failed
     assert "Best val_loss 0.5 (round 2, -50.0 % vs baseline 1)" in failed
     assert not any("stalled" in t and "round 2" in t for t in by_title)
-    assert SECRET not in daemon.log
+    assert SECRET not in module_venv_daemon.log
     assert_no_training_left(project)
 
 
@@ -507,7 +490,7 @@ def test_a_tracking_server_that_never_answers_holds_nothing(
     try:
         state = run_random(d, project)
         # the export runs beside the loop: it may call only after the session ended
-        wait_for("MLflow calling the tracking server", lambda: bool(held))
+        wait_for(lambda: bool(held), "MLflow calling the tracking server", timeout=60, interval=0.1)
         assert all(not r["warnings"] for r in state["rounds"])  # still waiting: no answer yet
         stop.set()
         acceptor.join()
@@ -516,15 +499,22 @@ def test_a_tracking_server_that_never_answers_holds_nothing(
         hole.close()  # from now on every request is refused at once
         for index in (1, 2, 3):
             wait_for(
-                f"round {index}'s export warning",
                 lambda i=index: any(
                     "MLflow export failed" in w
                     for w in call(d.env, "loop_get", {"project_root": str(project)})["rounds"][
                         i - 1
                     ]["warnings"]
                 ),
+                f"round {index}'s export warning",
+                timeout=60,
+                interval=0.1,
             )
-        wait_for("the failed notification in the log", lambda: "was not sent" in d.log)
+        wait_for(
+            lambda: "was not sent" in d.log,
+            "the failed notification in the log",
+            timeout=60,
+            interval=0.1,
+        )
         events = call(d.env, "events_list", {"session": SESSION, "limit": 10000})
         report = (project / ".trainee" / "artifacts" / SESSION / "report.md").read_text()
         for text in (d.log, json.dumps(events), report):
@@ -533,7 +523,7 @@ def test_a_tracking_server_that_never_answers_holds_nothing(
         assert code == 0, f"the daemon did not stop by itself: {code}\n{d.log[-3000:]}"
     finally:
         d.stop()
-        _kill_leftover_daemons(d)
+        kill_leftover_daemons(d)
         shutil.rmtree(runtime, ignore_errors=True)
     assert_no_training_left(project)
 
@@ -553,16 +543,20 @@ def test_a_session_resumed_after_a_daemon_restart_is_told(
         run_cli("run", str(project), "--policy", "random", "--max-rounds", "1", "--unsafe",
                 "--detach", env=d.env)  # fmt: skip
         wait_for(
-            "round 1 to run",
             lambda: (
                 call(d.env, "loop_get", {"project_root": str(project)})["rounds"]
                 and call(d.env, "loop_get", {"project_root": str(project)})["rounds"][0]["status"]
                 == "running"
             ),
+            "round 1 to run",
+            timeout=60,
+            interval=0.1,
         )
         assert d.stop() == 0
         d = start_daemon(runtime)
-        message = wait_for("the resumed notification", lambda: receiver.messages("c"))[0]
+        message = wait_for(
+            lambda: receiver.messages("c"), "the resumed notification", timeout=60, interval=0.1
+        )[0]
         assert message["title"] == f"trainee: flaky_job {SESSION} resumed after a daemon restart"
         assert "0 of 1 round(s) done; round(s) 1 left running" in message["message"]
         state = wait_finished(d.env, project)
@@ -570,6 +564,6 @@ def test_a_session_resumed_after_a_daemon_restart_is_told(
         assert len(receiver.messages("c")) == 1  # `on` names only resumed
     finally:
         d.stop()
-        _kill_leftover_daemons(d)
+        kill_leftover_daemons(d)
         shutil.rmtree(runtime, ignore_errors=True)
     assert_no_training_left(project)

@@ -9,188 +9,37 @@ the per-round config or command line, and that no training process is left.
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import io
 import json
-import os
-import select
-import shutil
 import signal
 import sqlite3
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import (
-    REPO,
-    CliResult,
-    Daemon,
-    _kill_leftover_daemons,
-    base_env,
-    copy_example,
-    run_cli,
-)
 from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import Daemon, copy_example, run_cli
+from tests.support.loop import (
+    OK,
+    SESSION,
+    artifacts,
+    check_outputs,
+    decisions,
+    llm_env,
+    loop_get,
+    plan,
+    start,
+    user_text,
+    wait_finished,
+)
+from tests.support.processes import assert_no_training_left
+from tests.support.timing import pause
 from trainee.spec import format_float
 
 pytestmark = pytest.mark.e2e
-
-EXAMPLES = REPO / "examples"
-SESSION = "session-0001"
-FAKE_KEY = "sk-loop-test-key-0000"
-VENDOR_PREFIXES = ("OPENAI_", "ANTHROPIC_", "MOONSHOT_", "LLM_PROVIDER")
-OK = {"content": "OK"}
-"""The reply to the live test ``loop_start`` makes before a session starts."""
-
-
-# -- helpers shared by the e2e loop tests ----------------------------------------------
-
-
-def llm_env(base: dict[str, str], fake: FakeLLM, **extra: str) -> dict[str, str]:
-    """``base`` plus an openai_compatible provider pointing at ``fake``.
-
-    Vendor variables of the host are dropped (they would add failover candidates);
-    the venv's bin folder comes first on PATH so ``python`` has numpy and yaml.
-    """
-    env = {k: v for k, v in base.items() if not k.startswith(VENDOR_PREFIXES)}
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["TRAINEE_LLM_PROVIDER"] = "openai_compatible"
-    env["TRAINEE_LLM_BASE_URL"] = fake.openai_base_url
-    env["TRAINEE_LLM_MODEL"] = "fake-model"
-    env["TRAINEE_LLM_API_KEY"] = FAKE_KEY
-    env.update(extra)
-    return env
-
-
-def plan(
-    params: dict[str, Any], hypothesis: str = "", *, expected: str = "val_loss decreases"
-) -> dict[str, Any]:
-    """A FakeLLM item answering with a valid-looking decision plan."""
-    body = {
-        "hypothesis": hypothesis or f"try {params}",
-        "change_summary": "change " + ", ".join(params),
-        "params": params,
-        "expected": expected,
-        "stop": False,
-        "stop_reason": "",
-    }
-    return {"content": json.dumps(body)}
-
-
-def start(project: Path, env: dict[str, str], *args: str) -> CliResult:
-    """``trainee run <project> --policy llm --detach ...``; asserts it started."""
-    result = run_cli("run", str(project), "--policy", "llm", "--detach", *args, env=env)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == SESSION
-    return result
-
-
-def call(env: dict[str, str], method: str, params: dict[str, Any]) -> Any:
-    result = run_cli("call", method, "--input", json.dumps(params), env=env)
-    assert result.returncode == 0, f"{method}: {result.stderr}"
-    return result.json()
-
-
-def loop_get(env: dict[str, str], project: Path, session: str = SESSION) -> dict[str, Any]:
-    state: dict[str, Any] = call(
-        env, "loop_get", {"project_root": str(project), "session": session}
-    )
-    return state
-
-
-def _pause(seconds: float) -> None:
-    select.select([], [], [], seconds)
-
-
-def wait_until(
-    env: dict[str, str],
-    project: Path,
-    done: Any,
-    *,
-    timeout: float = 60.0,
-    what: str = "the condition",
-) -> dict[str, Any]:
-    """Poll ``loop_get`` until ``done(state)`` holds; fail with the last state after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    state = loop_get(env, project)
-    while not done(state):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}: {json.dumps(state, indent=1)[-3000:]}")
-        _pause(0.1)
-        state = loop_get(env, project)
-    return state
-
-
-def wait_finished(env: dict[str, str], project: Path, timeout: float = 60.0) -> dict[str, Any]:
-    """The session's final state, once it is no longer running."""
-    return wait_until(
-        env,
-        project,
-        lambda s: s["session"]["status"] != "running" and not s["running"],
-        timeout=timeout,
-        what="the session to finish",
-    )
-
-
-def training_processes(project: Path) -> list[tuple[int, str]]:
-    """Processes whose command line names ``project`` or whose cwd lies inside it."""
-    root = str(project.resolve())
-    found: list[tuple[int, str]] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (
-                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-            )
-            stat = (entry / "stat").read_bytes()
-        except OSError:
-            continue
-        if stat[stat.rfind(b")") + 2 :].split()[0] in (b"Z", b"X"):
-            continue  # a zombie runs nothing
-        try:
-            cwd = os.readlink(entry / "cwd")
-        except OSError:
-            cwd = ""
-        if root in cmdline or cwd == root or cwd.startswith(root + "/"):
-            found.append((int(entry.name), cmdline.strip()))
-    return found
-
-
-def assert_no_training_left(project: Path, timeout: float = 10.0) -> None:
-    """No process of the project's rounds runs (allowing a moment for exits in flight)."""
-    deadline = time.monotonic() + timeout
-    left = training_processes(project)
-    while left and time.monotonic() < deadline:
-        _pause(0.1)
-        left = training_processes(project)
-    for pid, _ in left:  # do not leak them into the next test
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    assert not left, f"training processes left running: {left}"
-
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    """One daemon for the module: sessions of different projects do not meet, and litellm
-    is imported (seconds) once instead of once per test."""
-    runtime = Path(tempfile.mkdtemp(prefix="tr-loop-", dir="/tmp"))
-    d = Daemon(runtime=runtime, env=base_env(runtime))
-    line = d.start()
-    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
-    try:
-        yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
-        shutil.rmtree(runtime, ignore_errors=True)
 
 
 @pytest.fixture
@@ -200,80 +49,6 @@ def projects(tmp_path: Path) -> Iterator[list[Path]]:
     yield roots
     for root in roots:
         assert_no_training_left(root)
-
-
-def artifacts(project: Path, session: str = SESSION) -> Path:
-    return project / ".trainee" / "artifacts" / session
-
-
-def read_ledgers(project: Path) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
-    folder = artifacts(project)
-    rows_csv = list(csv.DictReader(io.StringIO((folder / "result_ledger.csv").read_text())))
-    rows_jsonl = [
-        json.loads(line) for line in (folder / "result_ledger.jsonl").read_text().splitlines()
-    ]
-    return rows_csv, rows_jsonl
-
-
-def check_outputs(project: Path, state: dict[str, Any]) -> None:
-    """Every output exists and agrees with the store: one ledger row per round, same values."""
-    folder = artifacts(project)
-    for name in ("report.md", "result_ledger.csv", "result_ledger.jsonl", "research_state.json"):
-        assert (folder / name).is_file(), f"missing {folder / name}"
-    database = project / ".trainee" / "runtime.sqlite3"
-    assert database.is_file()
-    rounds = state["rounds"]
-    indices = [r["index"] for r in rounds]
-    assert indices == list(range(1, len(rounds) + 1))
-
-    rows_csv, rows_jsonl = read_ledgers(project)
-    assert [int(r["round"]) for r in rows_csv] == indices
-    assert [r["index"] for r in rows_jsonl] == indices
-    for rec, row_csv, row_json in zip(rounds, rows_csv, rows_jsonl, strict=True):
-        assert row_json["session_id"] == SESSION
-        assert row_json["status"] == rec["status"] == row_csv["status"]
-        assert row_json["params"] == rec["params"]
-        assert row_json["primary_metric"] == rec["primary_metric"]
-        assert row_csv["verdict"] == (rec["verdict"] or "")
-        if rec["primary_metric"] is None:
-            assert row_csv["primary_metric"] == ""
-        else:
-            assert float(row_csv["primary_metric"]) == pytest.approx(rec["primary_metric"])
-        for name, value in rec["params"].items():
-            assert row_csv[f"param.{name}"] == (
-                repr(value) if isinstance(value, float) else str(value)
-            )
-
-    research = json.loads((folder / "research_state.json").read_text())
-    finished = [r for r in rounds if r["status"] != "running"]
-    assert [r["index"] for r in research["rounds"]] == [r["index"] for r in finished]
-    session = state["session"]
-    if session["best_round"] is not None:
-        assert research["best"]["index"] == session["best_round"]
-
-    report = (folder / "report.md").read_text()
-    assert f"# Trainee report — {SESSION}" in report
-    assert f"**Status:** {session['status']}" in report
-    assert f"**Stop reason:** {session['stop_reason']}" in report
-    assert f"**Rounds:** {len(rounds)} of at most {session['max_rounds']}" in report
-
-    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
-        (count,) = db.execute("SELECT count(*) FROM rounds WHERE session = 1").fetchone()
-    assert count == len(rounds)
-
-
-def decisions(env: dict[str, str], project: Path, rounds: Sequence[int]) -> dict[int, Any]:
-    """``runs_get``'s decision for each round of session-0001 (run id = round index)."""
-    out = {}
-    for index in rounds:
-        got = call(env, "runs_get", {"project_root": str(project), "run_id": index})
-        assert got["round"]["index"] == index
-        out[index] = got["decision"]
-    return out
-
-
-def user_text(request: dict[str, Any]) -> str:
-    return "\n".join(str(m.get("content", "")) for m in request["messages"] or [])
 
 
 # -- four rounds on each example ----------------------------------------------------------
@@ -287,13 +62,13 @@ MLP_PLANS = [
 
 
 def test_four_rounds_mlp_flags_guarded_with_the_live_view(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     script = [OK, *(plan(p, h) for p, h in MLP_PLANS)]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         live = run_cli(
             "run", str(project), "--policy", "llm", "--guarded", "--max-rounds", "4",
             env=env, timeout=120,
@@ -365,13 +140,13 @@ YAML_PLANS = [
 
 
 def test_four_rounds_yaml_config_writes_the_decided_params_into_each_round_config(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("yaml-config", tmp_path)
     projects.append(project)
     base_config = (project / "configs" / "base.yaml").read_text()
     with FakeLLM([OK, *(plan(p, h) for p, h in YAML_PLANS)]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "4")
         state = wait_finished(env, project)
     session = state["session"]
@@ -407,13 +182,13 @@ def test_four_rounds_yaml_config_writes_the_decided_params_into_each_round_confi
 
 
 def test_invalid_json_then_a_valid_repair_runs_the_repaired_plan(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     garbage = {"content": "Sure! Here is my plan: {hypothesis: lr up, params: {lr: 0.01"}
     with FakeLLM([OK, garbage, plan({"lr": 0.01}, "repaired plan")]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "2")
         state = wait_finished(env, project)
         requests = fake.requests
@@ -435,7 +210,7 @@ def test_invalid_json_then_a_valid_repair_runs_the_repaired_plan(
 
 
 def test_out_of_bounds_and_unknown_params_are_never_applied(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     """Round 2: out of bounds, then repaired. Round 3: unknown, then out of bounds again ->
     invalid_decision, and no round 3 is launched."""
@@ -449,7 +224,7 @@ def test_out_of_bounds_and_unknown_params_are_never_applied(
         plan({"batch_size": 1000}),  # above its max 100
     ]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         live = run_cli(
             "run", str(project), "--policy", "llm", "--unsafe", "--max-rounds", "4",
             env=env, timeout=120,
@@ -492,14 +267,14 @@ def test_out_of_bounds_and_unknown_params_are_never_applied(
 
 
 def test_a_repeat_of_a_rejected_change_is_refused(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     worse = {"lr": 0.02}  # 0.274 against the baseline's 0.262: rejected
     script = [OK, plan(worse, "bigger step"), plan(worse, "again"), plan({"lr": 0.005}, "other")]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "3")
         state = wait_finished(env, project)
         requests = fake.requests
@@ -519,7 +294,7 @@ def test_a_repeat_of_a_rejected_change_is_refused(
 
 
 def test_provider_500_fails_over_then_all_failing_stops_the_session(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
@@ -530,7 +305,7 @@ def test_provider_500_fails_over_then_all_failing_stops_the_session(
         FakeLLM([OK, plan({"lr": 0.01}, "from the second provider"), error]) as second,
     ):
         env = llm_env(
-            daemon.env,
+            module_daemon.env,
             primary,
             OPENAI_API_KEY="sk-second-provider-key",
             OPENAI_MODEL="second-model",
@@ -555,12 +330,12 @@ def test_provider_500_fails_over_then_all_failing_stops_the_session(
 
 
 def test_provider_timeout_stops_the_session_with_provider_failed(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     with FakeLLM([OK, {"delay": 5, "content": "late"}]) as fake:
-        env = llm_env(daemon.env, fake, TRAINEE_LLM_TIMEOUT_SEC="1")
+        env = llm_env(module_daemon.env, fake, TRAINEE_LLM_TIMEOUT_SEC="1")
         start(project, env, "--unsafe", "--max-rounds", "3")
         state = wait_finished(env, project)
     session = state["session"]
@@ -576,14 +351,14 @@ def test_provider_timeout_stops_the_session_with_provider_failed(
 
 
 def test_max_rounds_from_project_yaml_when_the_cli_gives_none(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     spec_file = project / ".trainee" / "project.yaml"
     spec_file.write_text(spec_file.read_text().replace("max_rounds: 6", "max_rounds: 2"))
     with FakeLLM([OK, plan({"lr": 0.01})]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe")
         state = wait_finished(env, project)
         asked = len(fake.requests)
@@ -596,13 +371,13 @@ def test_max_rounds_from_project_yaml_when_the_cli_gives_none(
 
 
 def test_no_tunable_params_runs_the_baseline_once_then_stops(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     (project / ".trainee" / "tuning.yaml").write_text("version: 1\nparams: []\n")
     with FakeLLM([OK]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "4")
         state = wait_finished(env, project)
         asked = len(fake.requests)
@@ -617,7 +392,7 @@ def test_no_tunable_params_runs_the_baseline_once_then_stops(
 
 
 def test_required_metric_missing_fails_the_session(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
@@ -626,7 +401,7 @@ def test_required_metric_missing_fails_the_session(
     assert "'final val_loss=" in text
     spec_file.write_text(text.replace("'final val_loss=", "'final val_accuracy="))
     with FakeLLM([OK]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "4")
         state = wait_finished(env, project)
         asked = len(fake.requests)
@@ -661,14 +436,14 @@ USAGE = {"prompt_tokens": 60, "completion_tokens": 10}
 
 
 def test_budget_tokens_stops_before_the_decision_that_would_exceed_it(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     _add_to_project_yaml(project, "llm:\n  max_tokens: 100\n")
     script = [OK, {**plan({"lr": 0.01}), "usage": USAGE}, {**plan({"lr": 0.003}), "usage": USAGE}]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "6")
         state = wait_finished(env, project)
         asked = len(fake.requests)
@@ -682,12 +457,14 @@ def test_budget_tokens_stops_before_the_decision_that_would_exceed_it(
     assert_no_training_left(project)
 
 
-def test_budget_usd_stops_the_session(daemon: Daemon, tmp_path: Path, projects: list[Path]) -> None:
+def test_budget_usd_stops_the_session(
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
+) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     _add_to_project_yaml(project, "llm:\n  max_usd: 0.1\n")
     # a user price for this model: 70 tokens cost $0.07 per decision
-    config = daemon.runtime / "home" / ".trainee" / "config.json"
+    config = module_daemon.runtime / "home" / ".trainee" / "config.json"
     config.parent.mkdir(parents=True, exist_ok=True)
     price = {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0}
     config.write_text(json.dumps({"prices": {"priced-model": price}}))
@@ -695,7 +472,7 @@ def test_budget_usd_stops_the_session(daemon: Daemon, tmp_path: Path, projects: 
     script = [OK, {**plan({"lr": 0.01}), "usage": USAGE}, {**plan({"lr": 0.003}), "usage": USAGE}]
     try:
         with FakeLLM(script) as fake:
-            env = llm_env(daemon.env, fake, TRAINEE_LLM_MODEL="priced-model")
+            env = llm_env(module_daemon.env, fake, TRAINEE_LLM_MODEL="priced-model")
             start(project, env, "--unsafe", "--max-rounds", "6")
             state = wait_finished(env, project)
     finally:
@@ -712,13 +489,13 @@ def test_budget_usd_stops_the_session(daemon: Daemon, tmp_path: Path, projects: 
 
 
 def test_budget_time_runs_the_baseline_then_stops_before_any_decision(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     _add_to_project_yaml(project, "  max_session_minutes: 0.0001\n", under="run")
     with FakeLLM([OK]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "6")
         state = wait_finished(env, project)
         asked = len(fake.requests)
@@ -732,7 +509,7 @@ def test_budget_time_runs_the_baseline_then_stops_before_any_decision(
 
 
 def test_ctrl_c_while_the_session_is_starting_stops_it_as_soon_as_it_exists(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     """The provider's live test takes its time; Ctrl-C then must not leave a session
     running unseen: the CLI waits for the session to exist and stops it."""
@@ -741,7 +518,7 @@ def test_ctrl_c_while_the_session_is_starting_stops_it_as_soon_as_it_exists(
     project = copy_example("mlp-flags", tmp_path)
     projects.append(project)
     with FakeLLM([{"delay": 3, **OK}, plan({"lr": 0.01})]) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         proc = subprocess.Popen(
             [sys.executable, "-m", "trainee", "run", str(project), "--policy", "llm", "--unsafe"],
             env=env,
@@ -752,7 +529,7 @@ def test_ctrl_c_while_the_session_is_starting_stops_it_as_soon_as_it_exists(
         deadline = time.monotonic() + 30
         while not fake.requests:  # the live test is being answered (slowly)
             assert time.monotonic() < deadline, "the live test never came"
-            _pause(0.05)
+            pause(0.05)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, out + err
@@ -765,7 +542,7 @@ def test_ctrl_c_while_the_session_is_starting_stops_it_as_soon_as_it_exists(
 
 
 def test_a_llama_cpp_like_server_every_request_kept_and_a_policy_stop_is_no_error(
-    daemon: Daemon, tmp_path: Path, projects: list[Path]
+    module_daemon: Daemon, tmp_path: Path, projects: list[Path]
 ) -> None:
     """Issue 18 through the daemon: the live test steps down from a json_schema refused with
     HTTP 500 and the session uses what worked; a stop before decision.min_rounds is sent
@@ -805,7 +582,7 @@ def test_a_llama_cpp_like_server_every_request_kept_and_a_policy_stop_is_no_erro
         stop,
     ]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         start(project, env, "--unsafe", "--max-rounds", "3")
         state = wait_finished(env, project)
         url = fake.openai_base_url

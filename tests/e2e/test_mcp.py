@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,13 +22,14 @@ import httpx
 import httpx2
 import mcp_types as types
 import pytest
-from mcp import Client, ClientSession, StdioServerParameters
+from mcp import Client, ClientSession
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from yaml import safe_load as yaml_safe_load
 
-from tests.conftest import Daemon, copy_example
+from tests.support.daemon import Daemon, copy_example
+from tests.support.mcp import legacy_stdio, server_params
 from trainee.api.table import registry
 from trainee.errors import TraineeError
 from trainee.rpc.client import RpcClient
@@ -43,34 +43,8 @@ T = TypeVar("T")
 # -- helpers -------------------------------------------------------------------------------
 
 
-def server_params(env: dict[str, str], cwd: Path | None = None) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=sys.executable, args=["-m", "trainee", "mcp"], env=env, cwd=cwd
-    )
-
-
 def run(main: Callable[[], Awaitable[T]]) -> T:
     return anyio.run(main)
-
-
-@asynccontextmanager
-async def legacy_stdio(
-    env: dict[str, str],
-    on_update: Callable[[str], None] | None = None,
-    cwd: Path | None = None,
-) -> AsyncIterator[ClientSession]:
-    """``trainee mcp`` over stdio with the 2025 handshake; ``on_update`` gets updated URIs."""
-
-    async def handler(message: Any) -> None:
-        if on_update is not None and isinstance(message, types.ResourceUpdatedNotification):
-            on_update(message.params.uri)
-
-    async with (
-        stdio_client(server_params(env, cwd)) as (read, write),
-        ClientSession(read, write, message_handler=handler) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 async def subscribe(session: ClientSession, uri: str) -> None:

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, copy_example, run_cli
-from tests.e2e.test_loop import (  # daemon: one module-scoped daemon per module
+from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import Daemon, copy_example, run_cli
+from tests.support.loop import (
     OK,
     artifacts,
-    assert_no_training_left,
     check_outputs,
     llm_env,
     read_ledgers,
     user_text,
     wait_finished,
 )
-from tests.fakes.llm_server import FakeLLM
+from tests.support.processes import assert_no_training_left
 
 pytestmark = pytest.mark.e2e
 
@@ -48,10 +48,10 @@ def events_of(env: dict[str, str], kind: str) -> list[dict[str, object]]:
     return [e for e in got.json()["events"] if e["kind"] == kind]
 
 
-def test_k2_random_runs_steps_of_two_rounds_at_once(daemon: Daemon, tmp_path: Path) -> None:
+def test_k2_random_runs_steps_of_two_rounds_at_once(module_daemon: Daemon, tmp_path: Path) -> None:
     project = copy_example("mlp-flags", tmp_path)
     with_parallel(project, 2, max_rounds=6)
-    env = dict(daemon.env)
+    env = dict(module_daemon.env)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     started = run_cli(
         "run", str(project), "--policy", "random", "--unsafe", "--detach", env=env
@@ -98,7 +98,7 @@ def plans(*params: dict[str, object]) -> dict[str, str]:
     return {"content": json.dumps(body)}
 
 
-def test_k2_llm_asks_once_per_step_for_two_plans(daemon: Daemon, tmp_path: Path) -> None:
+def test_k2_llm_asks_once_per_step_for_two_plans(module_daemon: Daemon, tmp_path: Path) -> None:
     project = copy_example("mlp-flags", tmp_path)
     with_parallel(project, 2, max_rounds=5)
     script = [
@@ -107,7 +107,7 @@ def test_k2_llm_asks_once_per_step_for_two_plans(daemon: Daemon, tmp_path: Path)
         plans({"lr": 0.02}, {"lr": 0.01, "batch_size": 32}),
     ]
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake)
+        env = llm_env(module_daemon.env, fake)
         live = run_cli(
             "run", str(project), "--policy", "llm", "--unsafe", env=env, timeout=120
         )  # fmt: skip

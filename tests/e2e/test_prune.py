@@ -14,22 +14,16 @@ import json
 import re
 import shlex
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, scaled, venv_env
-from tests.e2e.test_loop import (
-    artifacts,
-    assert_no_training_left,
-    loop_get,
-    read_ledgers,
-    wait_finished,
-)
+from tests.support.daemon import REPO, Daemon
+from tests.support.loop import artifacts, loop_get, read_ledgers, wait_finished
+from tests.support.processes import assert_no_training_left
+from tests.support.timing import scaled
 from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e
@@ -37,20 +31,6 @@ pytestmark = pytest.mark.e2e
 FIXTURE = REPO / "tests" / "fixtures" / "projects" / "prunable"
 FOREVER = 100_000
 """Epochs of a losing round: it runs for more than an hour unless it is pruned."""
-
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    runtime = Path(tempfile.mkdtemp(prefix="tr-prune-", dir="/tmp"))
-    d = Daemon(runtime=runtime, env=venv_env(runtime))
-    line = d.start()
-    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
-    try:
-        yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
-        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def project_with(tmp_path: Path, prune: dict[str, Any]) -> Path:
@@ -113,18 +93,18 @@ def checkpoint_of(rnd: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_diverging_round_is_pruned_by_the_threshold_rule_and_saves_its_checkpoint(
-    daemon: Daemon, tmp_path: Path
+    module_venv_daemon: Daemon, tmp_path: Path
 ) -> None:
     project = project_with(
         tmp_path, {"min_steps": 2, "rules": [{"rule": "threshold", "above": 100}]}
     )
     results = drive(
-        daemon,
+        module_venv_daemon,
         project,
         [{"lr": 1.2, "epochs": FOREVER}, {"lr": 1e200, "epochs": FOREVER}],
     )
     assert [r["status"] for r in results] == ["completed", "pruned", "pruned"]
-    rounds = rounds_of(daemon, project)
+    rounds = rounds_of(module_venv_daemon, project)
     assert rounds[1]["status"] == "completed"  # the baseline is never pruned
 
     diverged = reason_of(rounds[2])
@@ -152,14 +132,14 @@ def test_a_diverging_round_is_pruned_by_the_threshold_rule_and_saves_its_checkpo
     assert_no_training_left(project)
 
 
-def test_a_plateau_is_pruned_by_patience(daemon: Daemon, tmp_path: Path) -> None:
+def test_a_plateau_is_pruned_by_patience(module_venv_daemon: Daemon, tmp_path: Path) -> None:
     project = project_with(
         tmp_path,
         {"min_steps": 2, "rules": [{"rule": "patience", "patience": 3, "min_delta": 0.01}]},
     )
-    results = drive(daemon, project, [{"lr": 0.0, "epochs": FOREVER}])
+    results = drive(module_venv_daemon, project, [{"lr": 0.0, "epochs": FOREVER}])
     assert [r["status"] for r in results] == ["completed", "pruned"]
-    rounds = rounds_of(daemon, project)
+    rounds = rounds_of(module_venv_daemon, project)
     reason = reason_of(rounds[2])
     # lr 0: val_loss stays 9.05 from the first epoch on
     found = re.fullmatch(
@@ -173,12 +153,12 @@ def test_a_plateau_is_pruned_by_patience(daemon: Daemon, tmp_path: Path) -> None
     assert_no_training_left(project)
 
 
-def test_a_median_prune_after_warm_up_rounds(daemon: Daemon, tmp_path: Path) -> None:
+def test_a_median_prune_after_warm_up_rounds(module_venv_daemon: Daemon, tmp_path: Path) -> None:
     project = project_with(
         tmp_path, {"min_steps": 2, "warmup_rounds": 2, "rules": [{"rule": "median"}]}
     )
     results = drive(
-        daemon,
+        module_venv_daemon,
         project,
         [
             {"lr": 0.02, "epochs": 12},  # crawls, but only the baseline has completed
@@ -187,7 +167,7 @@ def test_a_median_prune_after_warm_up_rounds(daemon: Daemon, tmp_path: Path) -> 
         ],
     )
     assert [r["status"] for r in results] == ["completed", "completed", "pruned", "completed"]
-    rounds = rounds_of(daemon, project)
+    rounds = rounds_of(module_venv_daemon, project)
     reason = reason_of(rounds[3])
     found = re.fullmatch(
         r"pruned: median rule: val_loss (\S+) at step (\d+) worse than the median (\S+) "
@@ -202,7 +182,7 @@ def test_a_median_prune_after_warm_up_rounds(daemon: Daemon, tmp_path: Path) -> 
     assert_no_training_left(project)
 
 
-def test_a_noisy_win_does_not_become_the_best(daemon: Daemon, tmp_path: Path) -> None:
+def test_a_noisy_win_does_not_become_the_best(module_venv_daemon: Daemon, tmp_path: Path) -> None:
     """run.noise: the baseline on three seeds measures the floor (the seed moves the
     final loss by up to 0.02 here); a lucky seed and a gain within the floor stay
     neutral, a gain well above it is the new best."""
@@ -216,7 +196,7 @@ def test_a_noisy_win_does_not_become_the_best(daemon: Daemon, tmp_path: Path) ->
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     # the seed alone: seeds 0, 1, 2 end at 0.0638, 0.0354, 0.0682 (floor 0.0178)
     results = drive(
-        daemon,
+        module_venv_daemon,
         project,
         [
             {"seed": 3},  # ends at 0.0395: better than the baseline, but only the seed changed
@@ -227,13 +207,14 @@ def test_a_noisy_win_does_not_become_the_best(daemon: Daemon, tmp_path: Path) ->
     )
     # rounds 2 and 3 were the baseline on seeds 1 and 2, run before any plan
     rounds = {
-        r["index"]: r for r in wait_finished(daemon.env, project, timeout=scaled(60))["rounds"]
+        r["index"]: r
+        for r in wait_finished(module_venv_daemon.env, project, timeout=scaled(60))["rounds"]
     }
     assert [rounds[i]["params"]["seed"] for i in (1, 2, 3)] == [0, 1, 2]
     # seed 1 is better than the baseline: noise, not a new best
     verdicts = ["baseline", "neutral", "neutral", "neutral", "neutral", "kept"]
     assert [r["verdict"] for r in results] == verdicts
-    state = loop_get(daemon.env, project)
+    state = loop_get(module_venv_daemon.env, project)
     assert state["session"]["best_round"] == 6
     assert results[3]["verdict_reason"].startswith(
         "the baseline's configuration on another seed: val_loss 0.0395186; "

@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon
-from tests.e2e.test_loop import (
+from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import Daemon
+from tests.support.loop import (
     OK,
     SESSION,
     artifacts,
-    assert_no_training_left,
     check_outputs,
     llm_env,
     plan,
@@ -37,7 +37,8 @@ from tests.e2e.test_loop import (
     wait_finished,
     wait_until,
 )
-from tests.fakes.llm_server import FakeLLM
+from tests.support.processes import assert_no_training_left
+from tests.support.projects import HOLD_PROJECT_YAML, LR_TUNING_YAML
 
 pytestmark = pytest.mark.e2e
 
@@ -72,38 +73,6 @@ if args.lr != {NO_METRIC_LR}:
     print(f"final val_loss={{(args.lr - 0.05) ** 2 + 0.1:.6f}}", flush=True)
 """
 
-PROJECT_YAML = """\
-version: 1
-data:
-  - path: data
-    flag: --data-root
-launch:
-  command: [python, train.py]
-run:
-  max_rounds: 3
-  timeout_minutes: 5
-metrics:
-  specs:
-    - name: val_loss
-      source: stdout_regex
-      key_or_pattern: 'final val_loss=(?P<value>-?\\d+(?:\\.\\d+)?)'
-      goal: min
-      required: true
-advanced:
-  security_mode: unsafe
-"""
-
-TUNING_YAML = """\
-version: 1
-params:
-  - name: lr
-    flag: --lr
-    type: float
-    default: 0.1
-    min_value: 0.001
-    max_value: 1.0
-"""
-
 
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Path]:
@@ -111,8 +80,8 @@ def project(tmp_path: Path) -> Iterator[Path]:
     (root / ".trainee").mkdir(parents=True)
     (root / "data").mkdir()
     (root / "train.py").write_text(TRAIN_PY)
-    (root / ".trainee" / "project.yaml").write_text(textwrap.dedent(PROJECT_YAML))
-    (root / ".trainee" / "tuning.yaml").write_text(TUNING_YAML)
+    (root / ".trainee" / "project.yaml").write_text(textwrap.dedent(HOLD_PROJECT_YAML))
+    (root / ".trainee" / "tuning.yaml").write_text(LR_TUNING_YAML)
     (root / "hold").touch()
     try:
         yield root

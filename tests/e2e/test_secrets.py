@@ -14,18 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, run_cli
-from tests.e2e.test_loop import (
-    OK,
-    SESSION,
-    assert_no_training_left,
-    call,
-    copy_example,
-    llm_env,
-    loop_get,
-    plan,
-)
 from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import Daemon, copy_example, run_cli
+from tests.support.loop import OK, SESSION, call, llm_env, loop_get, plan
+from tests.support.processes import assert_no_training_left
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Daemon
+from tests.support.daemon import REPO, Daemon
 
 pytestmark = pytest.mark.e2e
 

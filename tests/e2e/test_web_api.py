@@ -9,9 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import select
 import sqlite3
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,12 +19,8 @@ import httpx
 import jsonschema
 import pytest
 
-from tests.conftest import (
-    REPO,
-    Daemon,
-    copy_example,
-    run_cli,
-)
+from tests.support.daemon import REPO, Daemon, copy_example, run_cli
+from tests.support.timing import wait_for
 from trainee.api.table import registry
 
 pytestmark = pytest.mark.e2e
@@ -48,21 +42,6 @@ def tool(http: httpx.Client, name: str, **params: Any) -> Any:
     return r.json()["result"]
 
 
-def _pause(seconds: float) -> None:
-    select.select([], [], [], seconds)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        _pause(0.1)
-
-
 def start_session(http: httpx.Client, project: Path, rounds: int = 2) -> str:
     started = tool(
         http,
@@ -81,7 +60,7 @@ def wait_finished(http: httpx.Client, project: Path, session: str = SESSION) -> 
         state: dict[str, Any] = tool(http, "loop_get", project_root=str(project), session=session)
         return state if not state["running"] and state["session"]["status"] != "running" else None
 
-    state: dict[str, Any] = wait_for(f"{session} to finish", done)
+    state: dict[str, Any] = wait_for(done, f"{session} to finish", timeout=90, interval=0.1)
     return state
 
 
@@ -99,7 +78,9 @@ def wait_stored(project: Path, kind: str = "session.finished") -> list[tuple[int
         events = stored_events(project)
         return events if any(k == kind for _, k in events) else None
 
-    events: list[tuple[int, str]] = wait_for(f"{kind} in the store", check)
+    events: list[tuple[int, str]] = wait_for(
+        check, f"{kind} in the store", timeout=90, interval=0.1
+    )
     return events
 
 
@@ -463,8 +444,10 @@ def test_reconnect_with_last_event_id_loses_nothing(venv_daemon: Daemon, tmp_pat
         # the session goes on while nobody listens; then the browser comes back
         gone = int(part1[-1]["id"])
         wait_for(
-            "events published while nobody listens",
             lambda: [e for e in stored_events(project) if e[0] > gone and e[1] == "round.started"],
+            "events published while nobody listens",
+            timeout=90,
+            interval=0.1,
         )
         second = SSE(http, path, headers={"Last-Event-ID": first.last_id})
         try:

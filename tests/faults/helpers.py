@@ -1,7 +1,7 @@
 """Shared pieces of the fault tests: a tiny controllable project, a restartable daemon,
 RPC over the socket in-process (polling through the CLI would cost a Python start per poll),
 and the orphan checks every fault test ends with. Every deadline here is nominal seconds
-times conftest's one factor (:func:`tests.conftest.scaled`).
+times conftest's one factor (:func:`tests.support.timing.scaled`).
 
 The project's ``train.py`` is stdlib only and reads ``behaviour.json`` from the project
 root at each start (the test rewrites it between rounds; the project stays read-only to
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import signal
 import sys
@@ -24,10 +23,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.conftest import Daemon, _kill_leftover_daemons, base_env, scaled
-from tests.e2e.test_loop import training_processes
+from tests.support.daemon import Daemon, base_env, kill_leftover_daemons
+from tests.support.processes import training_processes
+from tests.support.projects import LR_TUNING_YAML, VAL_LOSS_METRICS_YAML
+from tests.support.timing import pause, scaled, wait_for
 from trainee.rpc.client import RpcClient
 
 TRAIN_PY = """\
@@ -96,39 +95,23 @@ if conf.get("exit"):
 print(f"final val_loss={(args.lr - 0.05) ** 2 + 0.1:.6f}", flush=True)
 """
 
-PROJECT_YAML = """\
+PROJECT_YAML = (
+    """\
 version: 1
 launch:
   command: [python, train.py]
 run:
   max_rounds: {max_rounds}
   timeout_minutes: {timeout_minutes}
-metrics:
-  specs:
-    - name: val_loss
-      source: stdout_regex
-      key_or_pattern: 'final val_loss=(?P<value>-?\\d+(?:\\.\\d+)?)'
-      goal: min
+"""
+    + VAL_LOSS_METRICS_YAML
+    + """\
       required: {required}
 advanced:
   security_mode: {mode}
   stop_grace_sec: 2
 """
-
-TUNING_YAML = """\
-version: 1
-params:
-  - name: lr
-    flag: --lr
-    type: float
-    default: 0.1
-    min_value: 0.001
-    max_value: 1.0
-"""
-
-
-def pause(seconds: float) -> None:
-    select.select([], [], [], seconds)
+)
 
 
 def make_project(
@@ -151,7 +134,7 @@ def make_project(
             required="true" if required else "false",
         )
     )
-    (root / ".trainee" / "tuning.yaml").write_text(TUNING_YAML)
+    (root / ".trainee" / "tuning.yaml").write_text(LR_TUNING_YAML)
     set_behaviour(root, behaviour or {})
     return root
 
@@ -241,17 +224,20 @@ class Node:
         timeout: float = 60,
         what: str = "the condition",
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + scaled(timeout)
-        while True:
-            state = self.state(project, session)
-            if done(state):
-                return state
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"timed out waiting for {what}: {json.dumps(state, indent=1)[-3000:]}\n"
-                    f"daemon log tail:\n{self.log[-3000:]}"
-                )
-            pause(0.05)
+        last: list[dict[str, Any]] = []
+
+        def check() -> dict[str, Any] | None:
+            last[:] = [self.state(project, session)]
+            return last[0] if done(last[0]) else None
+
+        return wait_for(
+            check,
+            what,
+            timeout=timeout,
+            detail=lambda: (
+                f"{json.dumps(last[0], indent=1)[-3000:]}\ndaemon log tail:\n{self.log[-3000:]}"
+            ),
+        )
 
     def wait_finished(
         self, project: Path, *, session: str = "session-0001", timeout: float = 60
@@ -275,7 +261,7 @@ def node() -> Iterator[Node]:
         yield n
     finally:
         n.kill(signal.SIGTERM)
-        _kill_leftover_daemons(n.daemon)
+        kill_leftover_daemons(n.daemon)
         shutil.rmtree(runtime, ignore_errors=True)
 
 

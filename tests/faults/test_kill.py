@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_loop import SESSION, artifacts, check_outputs
 from tests.faults.helpers import (
     Node,
     assert_no_orphans,
@@ -29,6 +28,7 @@ from tests.faults.helpers import (
     shim_processes,
     starts_of,
 )
+from tests.support.loop import SESSION, artifacts, check_outputs
 from trainee.monitor.process import RoundHandle, is_alive
 
 pytestmark = pytest.mark.e2e

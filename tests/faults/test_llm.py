@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.test_loop import OK, check_outputs, llm_env, plan
 from tests.fakes.llm_server import FakeLLM
-from tests.faults.helpers import Node, assert_no_orphans, make_project, node
+from tests.faults.helpers import Node, assert_no_orphans, make_project
+from tests.support.loop import OK, check_outputs, llm_env, plan
 
 pytestmark = pytest.mark.e2e
 
@@ -38,29 +37,25 @@ CASES: dict[str, tuple[list[dict[str, Any]], str]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Node]:
-    with node() as n:
-        yield n
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_misbehaving_provider_stops_the_session_with_a_clear_reason(
-    daemon: Node, tmp_path: Path, case: str
+    module_node: Node, tmp_path: Path, case: str
 ) -> None:
     script, reason = CASES[case]
     project = make_project(tmp_path / "proj", max_rounds=3, behaviour={"steps": 1})
     with FakeLLM(script) as fake:
-        env = llm_env(daemon.env, fake, TRAINEE_LLM_TIMEOUT_SEC=str(TIMEOUT_SEC))
-        daemon.start_session(project, policy="llm", env=env)
+        env = llm_env(module_node.env, fake, TRAINEE_LLM_TIMEOUT_SEC=str(TIMEOUT_SEC))
+        module_node.start_session(project, policy="llm", env=env)
         if case == "hangs":
             # while the decision waits on the provider, the daemon answers at once
-            daemon.wait(project, lambda _: len(fake.requests) == 2, what="the decision request")
+            module_node.wait(
+                project, lambda _: len(fake.requests) == 2, what="the decision request"
+            )
             started = time.monotonic()
-            assert daemon.rpc("daemon_hello")["name"] == "trainee"
-            assert daemon.state(project)["session"]["status"] == "running"
+            assert module_node.rpc("daemon_hello")["name"] == "trainee"
+            assert module_node.state(project)["session"]["status"] == "running"
             assert time.monotonic() - started < TIMEOUT_SEC
-        state = daemon.wait_finished(project, timeout=60)
+        state = module_node.wait_finished(project, timeout=60)
         asked = len(fake.requests)
     session = state["session"]
     assert session["status"] == "failed", session
@@ -69,7 +64,7 @@ def test_a_misbehaving_provider_stops_the_session_with_a_clear_reason(
     assert [r["status"] for r in state["rounds"]] == ["completed"], "no round after the fault"
     assert asked == 2, "the live test and one decision request, no retry storm"
     check_outputs(project, state)
-    assert daemon.alive()
+    assert module_node.alive()
     assert_no_orphans(project)
 
 
@@ -84,19 +79,19 @@ def _sockets(pid: int) -> int:
     return count
 
 
-def test_decisions_do_not_leak_connections(daemon: Node, tmp_path: Path) -> None:
+def test_decisions_do_not_leak_connections(module_node: Node, tmp_path: Path) -> None:
     """After the faults above the same daemon runs a healthy session, and each decision
     reuses the provider's HTTP client: no socket is left open per decision (found by the
     soak: litellm kept one client per distinct timeout value)."""
     rounds = 8
     project = make_project(tmp_path / "proj", max_rounds=rounds, behaviour={"steps": 1})
     script = [OK, *(plan({"lr": round(0.1 + i / 100, 3)}) for i in range(1, rounds))]
-    pid = daemon.daemon.proc.pid if daemon.daemon.proc else 0
+    pid = module_node.daemon.proc.pid if module_node.daemon.proc else 0
     with FakeLLM(script) as fake:
-        daemon.start_session(project, policy="llm", env=llm_env(daemon.env, fake))
-        daemon.wait(project, lambda s: len(s["rounds"]) >= 3, what="two decisions")
+        module_node.start_session(project, policy="llm", env=llm_env(module_node.env, fake))
+        module_node.wait(project, lambda s: len(s["rounds"]) >= 3, what="two decisions")
         after_two = _sockets(pid)
-        state = daemon.wait_finished(project)
+        state = module_node.wait_finished(project)
         assert len(fake.requests) == rounds
         at_end = _sockets(pid)
     assert state["session"]["stop_reason"] == "max_rounds", state["session"]

@@ -20,32 +20,24 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import scaled
-from tests.e2e.test_loop import SESSION, artifacts, check_outputs
 from tests.faults.helpers import (
     Node,
     assert_no_orphans,
     hwm_kib,
     make_project,
-    node,
-    pause,
     rss_kib,
     set_behaviour,
     shim_processes,
     starts_of,
 )
+from tests.support.loop import SESSION, artifacts, check_outputs
+from tests.support.timing import pause, scaled
 from trainee.errors import InvalidState
 from trainee.monitor.tail import MAX_LINE
 
 pytestmark = pytest.mark.e2e
 
 FINAL = {"completed", "completed_without_metrics", "failed", "timed_out", "stopped"}
-
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Node]:
-    with node() as n:
-        yield n
 
 
 def _running(state: dict[str, Any], index: int) -> bool:
@@ -98,20 +90,20 @@ def _monitor_project(tmp_path: Path) -> Path:
     )
 
 
-def test_a_killed_monitor_gets_its_round_rerun(daemon: Node, tmp_path: Path) -> None:
+def test_a_killed_monitor_gets_its_round_rerun(module_node: Node, tmp_path: Path) -> None:
     """The monitor killed while the daemon runs: its job is ended, the round is marked
     and run again with its recorded params (attempt 1), and the session goes on."""
     project = _monitor_project(tmp_path)
     hold = _hold(project)
     try:
-        _kill_monitor_mid_round_2(daemon, project)
-        daemon.wait(
+        _kill_monitor_mid_round_2(module_node, project)
+        module_node.wait(
             project,
             lambda s: starts_of(project, SESSION, 2) == 2 or s["session"]["status"] != "running",
             what="round 2 to start again",
         )
         hold.unlink()
-        state = daemon.wait_finished(project)
+        state = module_node.wait_finished(project)
         rounds = state["rounds"]
         assert [r["index"] for r in rounds] == [1, 2, 3]
         assert rounds[1]["attempt"] == 1 and rounds[1]["status"] == "completed"
@@ -144,7 +136,7 @@ def _grandchildren(project: Path) -> list[int]:
 @pytest.mark.parametrize("mode", ["unsafe", "guarded"])
 @pytest.mark.parametrize("end", ["finish", "stop"])
 def test_a_grandchild_daemonized_with_setsid_does_not_survive_its_round(
-    daemon: Node, tmp_path: Path, mode: str, end: str
+    module_node: Node, tmp_path: Path, mode: str, end: str
 ) -> None:
     project = make_project(
         tmp_path / "proj",
@@ -154,8 +146,8 @@ def test_a_grandchild_daemonized_with_setsid_does_not_survive_its_round(
     )
     hold = _hold(project)
     try:
-        daemon.start_session(project)
-        daemon.wait(project, lambda s: _running(s, 1), what="round 1 to run")
+        module_node.start_session(project)
+        module_node.wait(project, lambda s: _running(s, 1), what="round 1 to run")
         log = artifacts(project) / "round-0001.log"
         deadline = time.monotonic() + scaled(30)
         while "grandchild started" not in log.read_text() or not _grandchildren(project):
@@ -163,14 +155,14 @@ def test_a_grandchild_daemonized_with_setsid_does_not_survive_its_round(
             pause(0.05)
         grandchild = _grandchildren(project)
         if end == "stop":
-            daemon.rpc("loop_stop", {"project_root": str(project), "session": SESSION})
-            state = daemon.wait_finished(project)
+            module_node.rpc("loop_stop", {"project_root": str(project), "session": SESSION})
+            state = module_node.wait_finished(project)
             assert state["session"]["stop_reason"] == "user_stop"
             assert [r["status"] for r in state["rounds"]] == ["stopped"]
         else:
             set_behaviour(project, {"grandchild": True, "steps": 2})
             hold.unlink()
-            state = daemon.wait_finished(project)
+            state = module_node.wait_finished(project)
             assert [r["status"] for r in state["rounds"]] == ["completed", "completed"]
         assert grandchild and not any(Path(f"/proc/{pid}").exists() for pid in grandchild)
     finally:
@@ -184,7 +176,7 @@ def test_a_grandchild_daemonized_with_setsid_does_not_survive_its_round(
 
 
 def test_binary_garbage_and_a_100_mb_line_are_cut_and_memory_stays_bounded(
-    daemon: Node, tmp_path: Path
+    module_node: Node, tmp_path: Path
 ) -> None:
     line_mb = 100
     project = make_project(
@@ -192,11 +184,11 @@ def test_binary_garbage_and_a_100_mb_line_are_cut_and_memory_stays_bounded(
         max_rounds=3,
         behaviour={"rounds": {"2": {"garbage": 200_000, "long_line": line_mb}}},
     )
-    pid = daemon.daemon.proc.pid if daemon.daemon.proc else 0
-    daemon.start_session(project)
-    daemon.wait(project, lambda s: len(s["rounds"]) >= 2, what="round 2 to be created")
+    pid = module_node.daemon.proc.pid if module_node.daemon.proc else 0
+    module_node.start_session(project)
+    module_node.wait(project, lambda s: len(s["rounds"]) >= 2, what="round 2 to be created")
     peak_before, rss_before = hwm_kib(pid), rss_kib(pid)
-    state = daemon.wait_finished(project)
+    state = module_node.wait_finished(project)
     peak_after, rss_after = hwm_kib(pid), rss_kib(pid)
 
     rounds = state["rounds"]
@@ -209,7 +201,7 @@ def test_binary_garbage_and_a_100_mb_line_are_cut_and_memory_stays_bounded(
     assert grew_mib < line_mb / 5, f"peak RSS grew {grew_mib:.1f} MiB for a {line_mb} MB line"
     assert (rss_after - rss_before) / 1024 < line_mb / 5
     # the live view got the cut line, with the marker, and the lines around it
-    events = daemon.rpc("events_list", {"session": SESSION, "limit": 10000})["events"]
+    events = module_node.rpc("events_list", {"session": SESSION, "limit": 10000})["events"]
     texts = [
         line["text"]
         for e in events
@@ -227,7 +219,7 @@ def test_binary_garbage_and_a_100_mb_line_are_cut_and_memory_stays_bounded(
     check_outputs(project, state)
     _store_is_consistent(project)
     assert_no_orphans(project)
-    assert daemon.alive()
+    assert module_node.alive()
 
 
 # -- the artifacts disk full ----------------------------------------------------------------
@@ -257,11 +249,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_full_artifacts_disk_stops_the_session_clearly_and_keeps_the_store(
-    daemon: Node, small_disk: Path
+    module_node: Node, small_disk: Path
 ) -> None:
     project = small_disk
-    daemon.start_session(project)
-    state = daemon.wait_finished(project)
+    module_node.start_session(project)
+    state = module_node.wait_finished(project)
     session = state["session"]
     assert session["status"] == "failed", session
     assert session["stop_reason"] == "error"
@@ -274,15 +266,15 @@ def test_a_full_artifacts_disk_stops_the_session_clearly_and_keeps_the_store(
     assert [r[2] for r in _store_is_consistent(project)] == ["completed", "failed"]
     leftovers = [p.name for p in artifacts(project).iterdir() if ".tmp" in p.name]
     assert not leftovers, leftovers
-    assert daemon.alive()
+    assert module_node.alive()
     assert_no_orphans(project)
     # while the disk is full, writing the report is refused with the reason
     params = {"project_root": str(project), "session": SESSION}
     with pytest.raises(InvalidState, match="No space left on device"):
-        daemon.rpc("session_report", params)
+        module_node.rpc("session_report", params)
     # once there is room again, the report is written from the intact store
     (artifacts(project) / "round-0002.log").unlink()
-    report = daemon.rpc("session_report", params)
+    report = module_node.rpc("session_report", params)
     assert report["session"] == SESSION and "**Stop reason:** error" in report["markdown"]
     assert (artifacts(project) / "result_ledger.csv").read_text().count("\n") == 3
 
@@ -291,25 +283,25 @@ def test_a_full_artifacts_disk_stops_the_session_clearly_and_keeps_the_store(
 
 
 def test_a_reader_holding_the_store_and_a_brief_writer_lock_do_not_disturb_the_session(
-    daemon: Node, tmp_path: Path
+    module_node: Node, tmp_path: Path
 ) -> None:
     project = make_project(tmp_path / "proj", max_rounds=3, behaviour={"steps": 20})
-    daemon.start_session(project)
-    daemon.wait(project, lambda s: _running(s, 1), what="round 1 to run")
+    module_node.start_session(project)
+    module_node.wait(project, lambda s: _running(s, 1), what="round 1 to run")
     database = project / ".trainee" / "runtime.sqlite3"
     reader = sqlite3.connect(database, isolation_level=None)
     try:
         # a long read transaction (the sqlite3 shell in another terminal) for the whole run
         reader.execute("BEGIN")
         assert reader.execute("SELECT count(*) FROM sessions").fetchone() == (1,)
-        daemon.wait(project, lambda s: _running(s, 2), what="round 2 to run")
+        module_node.wait(project, lambda s: _running(s, 2), what="round 2 to run")
         # a writer holding the lock for less than the store's busy timeout (5 s)
         writer = sqlite3.connect(database, isolation_level=None)
         writer.execute("BEGIN IMMEDIATE")
         pause(2.0)
         writer.execute("ROLLBACK")
         writer.close()
-        state = daemon.wait_finished(project)
+        state = module_node.wait_finished(project)
     finally:
         reader.execute("ROLLBACK")
         reader.close()
@@ -321,7 +313,7 @@ def test_a_reader_holding_the_store_and_a_brief_writer_lock_do_not_disturb_the_s
 
 
 def test_a_store_locked_longer_than_the_busy_timeout_stops_the_session_clearly(
-    daemon: Node, tmp_path: Path
+    module_node: Node, tmp_path: Path
 ) -> None:
     project = make_project(
         tmp_path / "proj",
@@ -331,8 +323,8 @@ def test_a_store_locked_longer_than_the_busy_timeout_stops_the_session_clearly(
     hold = _hold(project)
     database = project / ".trainee" / "runtime.sqlite3"
     try:
-        daemon.start_session(project)
-        daemon.wait(project, lambda s: _running(s, 1), what="round 1 to run")
+        module_node.start_session(project)
+        module_node.wait(project, lambda s: _running(s, 1), what="round 1 to run")
         writer = sqlite3.connect(database, isolation_level=None)
         writer.execute("BEGIN IMMEDIATE")
         try:
@@ -341,12 +333,12 @@ def test_a_store_locked_longer_than_the_busy_timeout_stops_the_session_clearly(
             # a loaded machine takes: the held job ends only so (its hold lasts 600 s)
             deadline = time.monotonic() + scaled(60)
             while shim_processes(project):
-                assert time.monotonic() < deadline, daemon.log[-3000:]
+                assert time.monotonic() < deadline, module_node.log[-3000:]
                 pause(0.1)
         finally:
             writer.execute("ROLLBACK")
             writer.close()
-        state = daemon.wait_finished(project)
+        state = module_node.wait_finished(project)
         assert "database is locked by another program" in state["session"]["error"]
         assert_no_orphans(project, timeout=2)
         _store_is_consistent(project)

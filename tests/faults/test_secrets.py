@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import json
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import scaled
-from tests.e2e.test_loop import OK, SESSION, llm_env, plan
 from tests.fakes.llm_server import FakeLLM
-from tests.faults.helpers import Node, assert_no_orphans, make_project, node
+from tests.faults.helpers import Node, assert_no_orphans, make_project
+from tests.support.loop import OK, SESSION, llm_env, plan
+from tests.support.timing import scaled
 
 pytestmark = pytest.mark.e2e
 
@@ -30,12 +29,6 @@ SAVED = "sk-proj-SAVEDfaultKEYq8Wv3Zr7Tn2Lx5Mc9Pb"
 PASSED = "sk-ant-PASSEDfaultKEYh4Jk8Ls2Dq6Fw1Ry5Gz"
 LEAKS = (SAVED, SAVED[8:-4], PASSED, PASSED[7:-4])
 """The keys and their middles: a masked form may keep a prefix and a suffix, no more."""
-
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Node]:
-    with node() as n:
-        yield n
 
 
 def _http(daemon: Node, token: str | None = "", **headers: str) -> httpx.Client:
@@ -94,14 +87,14 @@ def _tool_calls(project: Path) -> dict[str, dict[str, Any]]:
 
 
 def test_no_api_key_in_any_file_log_event_report_or_http_answer(
-    daemon: Node, tmp_path: Path
+    module_node: Node, tmp_path: Path
 ) -> None:
     project = make_project(tmp_path / "proj", max_rounds=4, behaviour={"steps": 2})
     with (
         FakeLLM([_quoting_error(SAVED)]) as saved_fake,
         FakeLLM([OK, plan({"lr": 0.2}), _quoting_error(PASSED)]) as fake,
     ):
-        with _http(daemon) as http:
+        with _http(module_node) as http:
             saved = http.post(
                 "/api/tools/runtime_provider_update",
                 json={
@@ -113,29 +106,29 @@ def test_no_api_key_in_any_file_log_event_report_or_http_answer(
             )
             assert saved.status_code == 200, saved.text
             tested = http.post("/api/tools/llm_test", json={})
-        env = llm_env(daemon.env, fake, TRAINEE_LLM_API_KEY=PASSED)
-        daemon.start_session(project, policy="llm", env=env)
-        state = daemon.wait_finished(project)
+        env = llm_env(module_node.env, fake, TRAINEE_LLM_API_KEY=PASSED)
+        module_node.start_session(project, policy="llm", env=env)
+        state = module_node.wait_finished(project)
         sent = {r["api_key"] for r in fake.requests} | {r["api_key"] for r in saved_fake.requests}
     assert sent == {PASSED, SAVED}, "both keys were really used"
     assert state["session"]["stop_reason"] == "provider_failed", state["session"]
     assert "Incorrect API key provided" in state["session"]["error"]
     assert len(state["rounds"]) == 2
 
-    config = Path(daemon.env["HOME"]) / ".trainee" / "config.json"
+    config = Path(module_node.env["HOME"]) / ".trainee" / "config.json"
     assert SAVED in config.read_text(), "the saved key lives in config.json"
     assert _mode(config) == 0o600
 
     assert "Incorrect API key provided" in tested.text, "the quoted error came back"
     found: list[str] = _leaks("llm_test answer", tested.content)
     searched = 0
-    for folder in (project, daemon.runtime):
+    for folder in (project, module_node.runtime):
         for path in folder.rglob("*"):
             if path.is_file() and not path.is_symlink() and path != config:
                 found += _leaks(str(path), path.read_bytes())
                 searched += 1
-    assert searched > 20 and daemon.log, "the store, its WAL, logs, ledgers, the daemon log"
-    with _http(daemon) as http:
+    assert searched > 20 and module_node.log, "the store, its WAL, logs, ledgers, the daemon log"
+    with _http(module_node) as http:
         for route in _get_routes(project):
             response = http.get(route)
             assert response.status_code == 200, (route, response.text)
@@ -158,29 +151,29 @@ def test_no_api_key_in_any_file_log_event_report_or_http_answer(
         assert b"session.finished" in body
         found += _leaks("the SSE stream", body)
     for name, params in _tool_calls(project).items():
-        found += _leaks(f"socket {name}", json.dumps(daemon.rpc(name, params)).encode())
+        found += _leaks(f"socket {name}", json.dumps(module_node.rpc(name, params)).encode())
     assert not found, "\n".join(found)
     assert_no_orphans(project)
 
 
-def test_config_socket_token_and_store_are_owner_only(daemon: Node, tmp_path: Path) -> None:
-    runtime = daemon.runtime
-    assert stat.S_ISSOCK(daemon.daemon.socket.stat().st_mode)
-    assert _mode(daemon.daemon.socket) == 0o600
+def test_config_socket_token_and_store_are_owner_only(module_node: Node, tmp_path: Path) -> None:
+    runtime = module_node.runtime
+    assert stat.S_ISSOCK(module_node.daemon.socket.stat().st_mode)
+    assert _mode(module_node.daemon.socket) == 0o600
     assert _mode(runtime) == 0o700
     assert _mode(runtime / "token") == 0o600
     assert _mode(runtime / "trainee.sock.lock") == 0o600
     project = make_project(tmp_path / "proj", max_rounds=1, behaviour={"steps": 1})
-    daemon.start_session(project)
-    daemon.wait_finished(project)
+    module_node.start_session(project)
+    module_node.wait_finished(project)
     database = project / ".trainee" / "runtime.sqlite3"
     assert _mode(database) == 0o600, "the store keeps the caller's environment"
     log = project / ".trainee" / "artifacts" / SESSION / "round-0001.log"
     assert _mode(log) == 0o600, "a round's output can hold tokens and data samples"
-    with _http(daemon) as http:
+    with _http(module_node) as http:
         response = http.post("/api/tools/runtime_provider_update", json={"llm_timeout_sec": 30})
         assert response.status_code == 200, response.text
-    config = Path(daemon.env["HOME"]) / ".trainee" / "config.json"
+    config = Path(module_node.env["HOME"]) / ".trainee" / "config.json"
     assert _mode(config) == 0o600
 
 
@@ -202,17 +195,17 @@ def _api_routes(daemon: Node) -> list[tuple[str, str]]:
     [("no token", 401), ("wrong token", 401), ("token in the query", 401), ("foreign host", 421)],
 )
 def test_the_access_token_is_required_on_every_api_route(
-    daemon: Node, case: str, status: int
+    module_node: Node, case: str, status: int
 ) -> None:
-    routes = _api_routes(daemon)
+    routes = _api_routes(module_node)
     assert len(routes) > 40, "every registry method is a route"
     token: str | None = {"no token": None, "wrong token": "x" * 43}.get(case, "")
     headers = {"Host": "evil.example:80"} if case == "foreign host" else {}
-    query = f"?token={daemon.daemon.token}" if case == "token in the query" else ""
+    query = f"?token={module_node.daemon.token}" if case == "token in the query" else ""
     if case == "token in the query":
         token = None
     wrong = []
-    with _http(daemon, token, **headers) as http:
+    with _http(module_node, token, **headers) as http:
         for method, path in routes:
             response = http.request(method, path + query, json={} if method != "GET" else None)
             if response.status_code != status:
@@ -220,12 +213,12 @@ def test_the_access_token_is_required_on_every_api_route(
             else:
                 assert "refused" in response.json()["error"]["message"]
     assert not wrong, "\n".join(wrong)
-    assert daemon.alive()
+    assert module_node.alive()
 
 
-def test_a_cross_site_post_is_refused_even_with_the_cookie(daemon: Node) -> None:
-    cookie = {"Cookie": f"trainee_token={daemon.daemon.token}"}
-    with _http(daemon, None, Origin="http://evil.example", **cookie) as http:
+def test_a_cross_site_post_is_refused_even_with_the_cookie(module_node: Node) -> None:
+    cookie = {"Cookie": f"trainee_token={module_node.daemon.token}"}
+    with _http(module_node, None, Origin="http://evil.example", **cookie) as http:
         response = http.post("/api/tools/loop_start", json={"project_root": "/"})
         assert response.status_code == 403, response.text
         assert (
@@ -234,7 +227,7 @@ def test_a_cross_site_post_is_refused_even_with_the_cookie(daemon: Node) -> None
             ).status_code
             == 403
         )
-    with _http(daemon, None, **cookie) as http:
+    with _http(module_node, None, **cookie) as http:
         assert (
             http.post(
                 "/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "daemon_hello"}

@@ -22,7 +22,7 @@ import anyio
 import msgspec
 import pytest
 
-from tests.conftest import scaled
+from tests.support.timing import scaled
 from trainee.errors import LaunchError
 from trainee.launch.backends.base import (
     JobRef,

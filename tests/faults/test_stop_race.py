@@ -29,8 +29,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import _kill_leftover_daemons, base_env, run_cli, scaled
-from tests.faults.helpers import Node, assert_no_orphans, job_env, pause
+from tests.faults.helpers import Node, assert_no_orphans, job_env
+from tests.support.daemon import base_env, kill_leftover_daemons, run_cli
+from tests.support.projects import LR_TUNING_YAML, VAL_LOSS_METRICS_YAML
+from tests.support.timing import pause, scaled
 from trainee.testhooks import CRASH_ENV, PAUSE_ENV
 
 pytestmark = [
@@ -75,7 +77,8 @@ print("final val_loss=0.5", flush=True)
 mark("finished")
 """
 
-PROJECT_YAML = """\
+PROJECT_YAML = (
+    """\
 version: 1
 launch:
   command: [python, train.py]
@@ -83,27 +86,14 @@ run:
   max_rounds: {max_rounds}
   timeout_minutes: 10
   parallel: {parallel}
-metrics:
-  specs:
-    - name: val_loss
-      source: stdout_regex
-      key_or_pattern: 'final val_loss=(?P<value>-?\\d+(?:\\.\\d+)?)'
-      goal: min
+"""
+    + VAL_LOSS_METRICS_YAML
+    + """\
 advanced:
   security_mode: guarded
   stop_grace_sec: {grace}
 """
-
-TUNING_YAML = """\
-version: 1
-params:
-  - name: lr
-    flag: --lr
-    type: float
-    default: 0.1
-    min_value: 0.001
-    max_value: 1.0
-"""
+)
 
 
 def make_project(root: Path, *, parallel: int = 1, max_rounds: int = 3) -> Path:
@@ -112,7 +102,7 @@ def make_project(root: Path, *, parallel: int = 1, max_rounds: int = 3) -> Path:
     (root / ".trainee" / "project.yaml").write_text(
         PROJECT_YAML.format(parallel=parallel, max_rounds=max_rounds, grace=GRACE)
     )
-    (root / ".trainee" / "tuning.yaml").write_text(TUNING_YAML)
+    (root / ".trainee" / "tuning.yaml").write_text(LR_TUNING_YAML)
     return root
 
 
@@ -216,7 +206,7 @@ class Race:
 
     def close(self) -> None:
         self.node.kill(signal.SIGTERM)
-        _kill_leftover_daemons(self.node.daemon)
+        kill_leftover_daemons(self.node.daemon)
         assert_no_orphans(self.project)
         shutil.rmtree(self.runtime, ignore_errors=True)
 

@@ -19,8 +19,9 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import REPO
 from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import REPO
+from tests.support.extras import needs
 from trainee.llm.client import close_clients
 from trainee.llm.settings import load_settings
 from trainee.policies.base import Policy, RandomPolicy, full_params
@@ -105,7 +106,7 @@ def drive(spec: ProjectSpec, policy: Policy, rounds: int) -> tuple[list[dict[str
     return points, notes
 
 
-@pytest.mark.parametrize("name", ["random", "tpe"])
+@pytest.mark.parametrize("name", ["random", pytest.param("tpe", marks=needs("optuna"))])
 def test_no_proposal_breaks_a_constraint(spec: ProjectSpec, name: str) -> None:
     assert len(spec.constraints) == 2 and spec.constraints[1].fixed == (("epochs", 200),)
     policy: Policy = (
@@ -123,7 +124,7 @@ def test_no_proposal_breaks_a_constraint(spec: ProjectSpec, name: str) -> None:
     assert len({p["hidden"] for p in points}) >= 2
 
 
-@pytest.mark.parametrize("name", ["random", "tpe"])
+@pytest.mark.parametrize("name", ["random", pytest.param("tpe", marks=needs("optuna"))])
 def test_when_no_untried_point_keeps_them_the_policy_stops_saying_why(
     tmp_path: Path, name: str
 ) -> None:

@@ -3,59 +3,25 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import pytest
 
 from tests.fakes.llm_server import FakeLLM
+from tests.support.llm import prompt_parts, run
 from tests.unit.research.helpers import BASELINE, TUNABLES, summary
 from trainee.errors import InvalidDecision
-from trainee.llm import client
 from trainee.llm.settings import LlmSettings, load_settings
 from trainee.policies.base import Proposal
 from trainee.policies.llm import MAX_BATCH_TOKENS, LlmPolicy
 from trainee.research.decision import effective_params, params_equal
-from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts
+from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT
 from trainee.research.state import ResearchState, new_state, record_round
 
-T = TypeVar("T")
+pytestmark = pytest.mark.usefixtures("fresh_formats")
 
-PARTS = PromptParts(
-    system_prompt=DEFAULT_SYSTEM_PROMPT,
-    trainee_context="",
-    project_context="A small MLP on a toy data set.",
-    constraints="",
-    metrics_prompt="",
-    tuning_prompt="",
-)
-
-
-def run(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run ``fn`` in a fresh event loop, closing litellm's clients before the loop ends."""
-
-    async def main() -> T:
-        try:
-            return await fn()
-        finally:
-            await client.close_clients()
-
-    return anyio.run(main)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_format_memory() -> Iterator[None]:
-    client.forget_formats()
-    yield
-    client.forget_formats()
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as f:
-        yield f
+PARTS = prompt_parts("A small MLP on a toy data set.")
 
 
 def settings_for(fake: FakeLLM, tmp_path: Path, wire: str = "openai") -> LlmSettings:

@@ -8,19 +8,20 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import pytest
 
 from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import REPO
+from tests.support.llm import run
 from trainee.errors import ProviderError
 from trainee.llm import client
 from trainee.llm.settings import LlmSettings, load_settings
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.usefixtures("fresh_formats")
+
 OPENAI_KEY = "sk-test-openai-0123456789abcdef"
 ANTHROPIC_KEY = "sk-ant-test-9876543210fedcba"
 SCHEMA = {
@@ -35,33 +36,6 @@ MESSAGES = [
     {"role": "system", "content": "You tune models."},
     {"role": "user", "content": "Propose the next learning rate."},
 ]
-
-T = TypeVar("T")
-
-
-def run(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run ``fn`` in a fresh event loop, closing litellm's clients before the loop ends."""
-
-    async def main() -> T:
-        try:
-            return await fn()
-        finally:
-            await client.close_clients()
-
-    return anyio.run(main)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_format_memory() -> Iterator[None]:
-    client.forget_formats()
-    yield
-    client.forget_formats()
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as f:
-        yield f
 
 
 def settings_for(tmp_path: Path, **env: str) -> LlmSettings:

@@ -4,56 +4,26 @@ to the scripted fake server, with the quirks of llama.cpp / llama-cpp-python."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import pytest
 
 from tests.fakes.llm_server import FakeLLM, llama_number
+from tests.support.extras import needs
+from tests.support.llm import prompt_parts, run
 from tests.unit.research.helpers import BASELINE, TUNABLES, summary
 from trainee.errors import InvalidDecision, ProviderError
 from trainee.llm import client
 from trainee.llm.settings import LlmSettings, load_settings
 from trainee.policies.hybrid import FALLBACK_SOURCE, HybridPolicy
 from trainee.policies.llm import LlmPolicy
-from trainee.research.prompt import DEFAULT_SYSTEM_PROMPT, PromptParts, build_messages
+from trainee.research.prompt import build_messages
 from trainee.research.state import DecisionBudget, ResearchState, new_state, record_round
 
-T = TypeVar("T")
+pytestmark = pytest.mark.usefixtures("fresh_formats")
 
-PARTS = PromptParts(
-    system_prompt=DEFAULT_SYSTEM_PROMPT,
-    trainee_context="",
-    project_context="",
-    constraints="",
-    metrics_prompt="",
-    tuning_prompt="",
-)
-
-
-def run(fn: Callable[[], Awaitable[T]]) -> T:
-    async def main() -> T:
-        try:
-            return await fn()
-        finally:
-            await client.close_clients()
-
-    return anyio.run(main)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_format_memory() -> Iterator[None]:
-    client.forget_formats()
-    yield
-    client.forget_formats()
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as f:
-        yield f
+PARTS = prompt_parts()
 
 
 def local(fake: FakeLLM, tmp_path: Path, **more: str) -> LlmSettings:
@@ -293,6 +263,7 @@ def test_the_answer_example_rotates_and_names_no_metric_value(
 # -- the hybrid ----------------------------------------------------------------------------
 
 
+@needs("optuna")
 def test_the_hybrid_runs_the_optimizers_s1_when_the_repair_fails_too(
     fake: FakeLLM, tmp_path: Path
 ) -> None:

@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from tests.integration.sources_project import expected_val_loss, write_project
+from tests.support.extras import require
 from trainee.launch.layout import ProjectLayout
 from trainee.metrics import Extractor
 from trainee.spec import load_project
 
-pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
+require("tensorboard")
 
 
 def test_tensorboard_and_csv_points_arrive_epoch_by_epoch(tmp_path: Path) -> None:

@@ -18,13 +18,11 @@ import hashlib
 import json
 import math
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -33,15 +31,17 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import (
+from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import (
     REPO,
     Daemon,
-    _kill_leftover_daemons,
     copy_example,
+    kill_leftover_daemons,
     run_cli,
     venv_env,
 )
-from tests.fakes.llm_server import FakeLLM
+from tests.support.extras import needs
+from tests.support.timing import wait_for
 from trainee.llm import client
 from trainee.llm.settings import load_settings
 from trainee.policies.base import Policy, Proposal, RandomPolicy, full_params
@@ -70,7 +70,7 @@ params:
 FAIL_ABOVE_LR = 0.05
 """Rounds with a larger lr "diverge": they fail without a metric (a fifth of the log range)."""
 
-OFFLINE = ["random", "tpe"]
+OFFLINE = ["random", pytest.param("tpe", marks=needs("optuna"))]
 
 
 def make(name: str, seed: int) -> Policy:
@@ -209,6 +209,7 @@ def test_every_proposal_is_valid_typed_in_bounds_and_untried(spec: ProjectSpec, 
     assert len(state.rounds) == 30
 
 
+@needs("optuna")
 def test_tpe_plans_read_as_tpe_suggestions_with_a_checkable_prediction(spec: ProjectSpec) -> None:
     _ran, proposals, state = drive(spec, TpePolicy(seed=5), 8)
     for proposal in proposals:
@@ -273,6 +274,7 @@ def test_a_rebuilt_policy_told_the_history_proposes_what_the_uninterrupted_one_w
     assert resumed == straight
 
 
+@needs("optuna")
 def test_tpe_without_its_history_would_restart_from_scratch(spec: ProjectSpec) -> None:
     """The counter-test of the one above: forgetting the told results changes the proposals,
     so the equality there comes from continuing the study, not from the seed alone."""
@@ -289,6 +291,7 @@ def test_tpe_without_its_history_would_restart_from_scratch(spec: ProjectSpec) -
     assert baseline == straight[0]
 
 
+@needs("optuna")
 def test_tpe_knows_the_baseline_and_every_result_failed_ones_included(spec: ProjectSpec) -> None:
     ran, _, state = drive(spec, TpePolicy(seed=9), 16)
     policy = TpePolicy(seed=9)
@@ -421,6 +424,7 @@ def user_prompt(request: dict[str, Any]) -> str:
     )
 
 
+@needs("optuna")
 def test_hybrid_shows_the_suggestions_records_the_choice_and_tells_every_result(
     spec: ProjectSpec, tmp_path: Path
 ) -> None:
@@ -519,17 +523,17 @@ def loop_get(env: dict[str, str], project: Path) -> dict[str, Any]:
     return state
 
 
-def wait_for(
+def wait_state(
     env: dict[str, str], project: Path, done: Callable[[dict[str, Any]], bool], what: str
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + 90
-    state = loop_get(env, project)
-    while not done(state):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}: {json.dumps(state)[-2000:]}")
-        select.select([], [], [], 0.05)
-        state = loop_get(env, project)
-    return state
+    """``loop_get`` of the project's latest session once ``done`` holds for it."""
+    last: list[dict[str, Any]] = []
+
+    def check() -> dict[str, Any] | None:
+        last[:] = [loop_get(env, project)]
+        return last[0] if done(last[0]) else None
+
+    return wait_for(check, what, timeout=90, detail=lambda: json.dumps(last[0])[-2000:])
 
 
 def finished(state: dict[str, Any]) -> bool:
@@ -543,6 +547,7 @@ def start_daemon(runtime: Path) -> Daemon:
     return d
 
 
+@needs("optuna")
 @pytest.mark.e2e
 def test_a_tpe_session_killed_and_resumed_continues_its_study(
     runtime: Path, tmp_path: Path
@@ -571,8 +576,8 @@ def test_a_tpe_session_killed_and_resumed_continues_its_study(
             )
             assert result.returncode == 0, result.stderr
             if project == straight:
-                reference = wait_for(env, project, finished, "the uninterrupted session")
-        state = wait_for(
+                reference = wait_state(env, project, finished, "the uninterrupted session")
+        state = wait_state(
             env,
             interrupted,
             lambda s: sum(r["status"] == "completed" for r in s["rounds"]) >= 3,
@@ -581,16 +586,17 @@ def test_a_tpe_session_killed_and_resumed_continues_its_study(
         assert state["session"]["status"] == "running" and len(state["rounds"]) < rounds
         assert d.stop(signal.SIGKILL) == -signal.SIGKILL
         d = start_daemon(runtime)  # resumes the running session
-        resumed = wait_for(env, interrupted, finished, "the resumed session")
+        resumed = wait_state(env, interrupted, finished, "the resumed session")
     finally:
         d.stop()
-        _kill_leftover_daemons(d)
+        kill_leftover_daemons(d)
     assert reference["session"]["status"] == resumed["session"]["status"] == "finished"
     assert [r["params"] for r in resumed["rounds"]] == [r["params"] for r in reference["rounds"]]
     assert len(resumed["rounds"]) == rounds
     assert "resuming session-0001" in d.log
 
 
+@needs("optuna")
 @pytest.mark.e2e
 def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
     runtime: Path, tmp_path: Path
@@ -645,7 +651,7 @@ def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
                 env=env,
             )
             assert result.returncode == 0, result.stderr
-            final = wait_for(env, project, finished, "the hybrid session")
+            final = wait_state(env, project, finished, "the hybrid session")
             got = run_cli(
                 "call",
                 "runs_get",
@@ -656,7 +662,7 @@ def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
             assert got.returncode == 0, got.stderr
         finally:
             d.stop()
-            _kill_leftover_daemons(d)
+            kill_leftover_daemons(d)
         prompt = user_prompt(fake.requests[-1])
     assert final["session"]["status"] == "finished", final["session"]
     assert final["rounds"][1]["params"] == {**baseline, **s2}
@@ -675,6 +681,7 @@ def test_a_hybrid_session_in_the_daemon_records_the_suggestion_it_took(
 # -- the decision-quality benchmark ------------------------------------------------------
 
 
+@needs("optuna")
 @pytest.mark.slow
 def test_the_benchmark_runs_end_to_end_on_both_examples(tmp_path: Path) -> None:
     vendor = ("TRAINEE_", "OPENAI_", "ANTHROPIC_", "MOONSHOT_", "LLM_PROVIDER")
@@ -722,6 +729,7 @@ def test_the_benchmark_runs_end_to_end_on_both_examples(tmp_path: Path) -> None:
     assert any(t.startswith("yaml-config: best val_loss so far") for t in titles)
 
 
+@needs("optuna")
 def test_tpe_is_told_a_pruned_round_as_pruned_with_its_last_value(spec: ProjectSpec) -> None:
     """A round run.prune stopped is a PRUNED trial carrying its last value (Optuna's own
     pruned trials do); a failed one is PRUNED without a value; completed ones COMPLETE."""

@@ -23,7 +23,8 @@ import anyio
 import msgspec
 import pytest
 
-from tests.conftest import scaled
+from tests.support.projects import LR_TUNING_YAML, VAL_LOSS_METRICS_YAML
+from tests.support.timing import scaled
 from trainee.events import kind_of
 from trainee.launch.backends import make_backend
 from trainee.launch.layout import ProjectLayout
@@ -61,34 +62,22 @@ while step < 3 or (first and os.path.exists(os.path.join(root, "hold"))):
 print("final val_loss=0.250000", flush=True)
 """
 
-PROJECT_YAML = """\
+PROJECT_YAML = (
+    """\
 version: 1
 launch:
   command: [{python}, train.py]
 run:
   max_rounds: 3
   timeout_minutes: {timeout_minutes}
-metrics:
-  specs:
-    - name: val_loss
-      source: stdout_regex
-      key_or_pattern: 'final val_loss=(?P<value>-?\\d+(?:\\.\\d+)?)'
-      goal: min
+"""
+    + VAL_LOSS_METRICS_YAML
+    + """\
 advanced:
   security_mode: unsafe
   stop_grace_sec: {grace}
 """
-
-TUNING_YAML = """\
-version: 1
-params:
-  - name: lr
-    flag: --lr
-    type: float
-    default: 0.1
-    min_value: 0.001
-    max_value: 1.0
-"""
+)
 
 
 @dataclass
@@ -153,7 +142,7 @@ def project(tmp_path: Path) -> Iterator[Path]:
     root = tmp_path / "proj"
     (root / ".trainee").mkdir(parents=True)
     (root / "train.py").write_text(TRAIN_PY)
-    (root / ".trainee" / "tuning.yaml").write_text(TUNING_YAML)
+    (root / ".trainee" / "tuning.yaml").write_text(LR_TUNING_YAML)
     _configure(root)
     yield root
 

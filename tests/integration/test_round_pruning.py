@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import REPO
+from tests.support.daemon import REPO
 from trainee.session.pruning import RoundPruning
 from trainee.spec import load_project
 from trainee.store.db import Store

@@ -16,13 +16,13 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.timing import wait_for
 from tests.unit.launch.projects import make_project, round_of
 from trainee.errors import SandboxError
 from trainee.launch.layout import RoundLayout
@@ -334,14 +334,6 @@ PARENT = textwrap.dedent(
 )
 
 
-def wait_for(condition: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def job_argv(spec: ProjectSpec, rnd: RoundLayout) -> tuple[list[str], dict[str, str]]:
     argv = bwrap_argv([sys.executable, "-c", JOB], layout=rnd, cwd=spec.working_dir)
     return argv, build_env(spec, rnd, os.environ)
@@ -367,12 +359,16 @@ def test_the_job_dies_with_the_process_that_started_bwrap(tmp_path: Path) -> Non
     try:
         assert parent.stdout is not None
         bwrap_pid = int(parent.stdout.readline())
-        wait_for((rnd.dir / "ready.txt").exists, "the job to start")
+        wait_for((rnd.dir / "ready.txt").exists, "the job to start", interval=0.02)
         jobs = sandboxed_pids(bwrap_pid)
         assert jobs and all(alive(p) for p in jobs)
         parent.kill()
         parent.wait()
-        wait_for(lambda: not any(alive(p) for p in [bwrap_pid, *jobs]), "the sandbox to die")
+        wait_for(
+            lambda: not any(alive(p) for p in [bwrap_pid, *jobs]),
+            "the sandbox to die",
+            interval=0.02,
+        )
     finally:
         parent.kill()
         parent.wait()
@@ -387,7 +383,7 @@ def test_signal_sandboxed_stops_the_job_gracefully(tmp_path: Path) -> None:
     argv, env = job_argv(spec, rnd)
     proc = subprocess.Popen(argv, env=env, cwd=spec.working_dir, start_new_session=True)
     try:
-        wait_for((rnd.dir / "ready.txt").exists, "the job to start")
+        wait_for((rnd.dir / "ready.txt").exists, "the job to start", interval=0.02)
         assert signal_sandboxed(proc.pid, signal.SIGTERM) == 1
         assert proc.wait(timeout=30) == 0
     finally:

@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
+from tests.support.timing import wait_for
 from trainee.launch.layout import ProjectLayout, RoundLayout
 from trainee.monitor.process import (
     ExitInfo,
@@ -36,17 +33,6 @@ from trainee.monitor.process import (
 from trainee.monitor.tail import FileTail
 
 GRACE = 0.5
-
-
-def wait_for(cond: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
-    """Poll ``cond`` until it is truthy (select() as a short pause, not a sleep on the outcome)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        select.select([], [], [], 0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def pid_gone(pid: int) -> bool:
@@ -158,7 +144,12 @@ def test_exit_code_and_streams_kept_apart(tmp_path: Path, rnd: RoundLayout) -> N
     assert oct(rnd.log.stat().st_mode & 0o777) == "0o600"
     state = read_state(rnd.monitor_file)
     assert state is not None and state.pid == handle.pid and state.argv == argv
-    wait_for(lambda: not is_alive(handle), "the monitor to exit after exit.json")
+    wait_for(
+        lambda: not is_alive(handle),
+        "the monitor to exit after exit.json",
+        timeout=15,
+        interval=0.02,
+    )
 
 
 def test_death_by_signal(tmp_path: Path, rnd: RoundLayout) -> None:
@@ -228,14 +219,19 @@ while True:
 
 def test_stop_kills_a_job_that_ignores_sigterm(tmp_path: Path, rnd: RoundLayout) -> None:
     handle = spawn(rnd, script(tmp_path, IGNORES_TERM))
-    wait_for(lambda: log_has(rnd, "READY"), "the job to start")
+    wait_for(lambda: log_has(rnd, "READY"), "the job to start", timeout=15, interval=0.02)
     assert is_alive(handle)
     request_stop(handle)
     info = finish(handle)
     assert info.stopped and not info.timed_out
     assert info.signal == "SIGKILL" and info.returncode is None
     assert log_has(rnd, "stop requested") and log_has(rnd, "SIGKILL")
-    wait_for(lambda: not is_alive(handle), "the monitor to exit after exit.json")
+    wait_for(
+        lambda: not is_alive(handle),
+        "the monitor to exit after exit.json",
+        timeout=15,
+        interval=0.02,
+    )
 
 
 def test_stop_lets_a_polite_job_finish(tmp_path: Path, rnd: RoundLayout) -> None:
@@ -250,7 +246,7 @@ def test_stop_lets_a_polite_job_finish(tmp_path: Path, rnd: RoundLayout) -> None
         time.sleep(0.05)
     """
     handle = spawn(rnd, script(tmp_path, body), grace=30)
-    wait_for(lambda: log_has(rnd, "READY"), "the job to start")
+    wait_for(lambda: log_has(rnd, "READY"), "the job to start", timeout=15, interval=0.02)
     request_stop(handle)
     info = finish(handle)
     assert info.stopped and info.returncode == 0 and info.signal is None
@@ -307,8 +303,8 @@ def test_stop_reaches_a_background_grandchild(tmp_path: Path, rnd: RoundLayout) 
         time.sleep(0.05)
     """
     handle = spawn(rnd, script(tmp_path, body))
-    wait_for(pidfile.exists, "the grandchild to start")
-    wait_for(lambda: log_has(rnd, "READY"), "the job to start")
+    wait_for(pidfile.exists, "the grandchild to start", timeout=15, interval=0.02)
+    wait_for(lambda: log_has(rnd, "READY"), "the job to start", timeout=15, interval=0.02)
     request_stop(handle)
     info = finish(handle)
     assert info.stopped and info.signal == "SIGTERM"
@@ -382,7 +378,7 @@ def test_round_survives_its_daemon_being_killed(tmp_path: Path, rnd: RoundLayout
     try:
         assert daemon.stdout is not None
         started = json.loads(daemon.stdout.readline())
-        wait_for(lambda: log_has(rnd, "first line"), "the job to start")
+        wait_for(lambda: log_has(rnd, "first line"), "the job to start", timeout=15, interval=0.02)
         daemon.kill()
         daemon.wait(10)
         handle = RoundHandle(
@@ -414,28 +410,32 @@ def test_a_killed_monitor_is_lost_and_its_job_can_be_killed(
     tmp_path: Path, rnd: RoundLayout
 ) -> None:
     handle = spawn(rnd, script(tmp_path, IGNORES_TERM))
-    wait_for(lambda: log_has(rnd, "READY"), "the job to start")
+    wait_for(lambda: log_has(rnd, "READY"), "the job to start", timeout=15, interval=0.02)
     state = read_state(rnd.monitor_file)
     assert state is not None and state.child_pid is not None
     assert kill_orphans(handle) == []  # the monitor lives: nothing to do
     os.kill(handle.pid, signal.SIGKILL)
-    wait_for(lambda: pid_gone(handle.pid), "the monitor to die")
+    wait_for(lambda: pid_gone(handle.pid), "the monitor to die", timeout=15, interval=0.02)
     assert not pid_gone(state.child_pid), "the job outlives its monitor, orphaned"
     assert kill_orphans(handle) == [state.child_pid]
-    wait_for(lambda: pid_gone(state.child_pid), "the orphaned job to die")
+    wait_for(
+        lambda: pid_gone(state.child_pid), "the orphaned job to die", timeout=15, interval=0.02
+    )
 
 
 def test_waiting_on_a_killed_monitor_ends_its_orphaned_job(
     tmp_path: Path, rnd: RoundLayout
 ) -> None:
     handle = spawn(rnd, script(tmp_path, IGNORES_TERM))
-    wait_for(lambda: log_has(rnd, "READY"), "the job to start")
+    wait_for(lambda: log_has(rnd, "READY"), "the job to start", timeout=15, interval=0.02)
     state = read_state(rnd.monitor_file)
     assert state is not None and state.child_pid is not None
     os.kill(handle.pid, signal.SIGKILL)
     info = finish(handle)
     assert info.lost and info.returncode is None and info.error is not None
-    wait_for(lambda: pid_gone(state.child_pid), "the orphaned job to die")
+    wait_for(
+        lambda: pid_gone(state.child_pid), "the orphaned job to die", timeout=15, interval=0.02
+    )
     assert kill_orphans(handle) == []
 
 

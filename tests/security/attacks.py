@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from tests.support.projects import LR_TUNING_YAML
+
 __all__ = [
     "ATTACKS",
     "Probe",
@@ -468,23 +470,13 @@ advanced:
   stop_grace_sec: 2
 {advanced}
 """
-TUNING = """\
-version: 1
-params:
-  - name: lr
-    flag: --lr
-    type: float
-    default: 0.1
-    min_value: 0.001
-    max_value: 1.0
-"""
 
 
 def metric_project(root: Path, train: str, specs: str, advanced: str = "") -> Path:
     (root / ".trainee").mkdir(parents=True)
     (root / "train.py").write_text(train)
     (root / ".trainee" / "project.yaml").write_text(PROJECT.format(specs=specs, advanced=advanced))
-    (root / ".trainee" / "tuning.yaml").write_text(TUNING)
+    (root / ".trainee" / "tuning.yaml").write_text(LR_TUNING_YAML)
     return root
 
 

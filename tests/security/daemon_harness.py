@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import Daemon, _kill_leftover_daemons, base_env, scaled
 from tests.security.attacks import Probe, Target, fds_of, rpc
+from tests.support.daemon import Daemon, base_env, kill_leftover_daemons
+from tests.support.timing import scaled
 
 FD_LIMIT = 256
 LOG_BOUND = 2 * 2**20
@@ -34,7 +35,7 @@ def started_daemon(**env: str) -> Iterator[tuple[Daemon, Target]]:
         yield daemon, target
     finally:
         daemon.stop()
-        _kill_leftover_daemons(daemon)
+        kill_leftover_daemons(daemon)
         shutil.rmtree(runtime, ignore_errors=True)
 
 

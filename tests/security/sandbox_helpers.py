@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import _kill_leftover_daemons
-from tests.faults.helpers import Node, pause
+from tests.faults.helpers import Node
+from tests.support.daemon import kill_leftover_daemons
+from tests.support.projects import LR_TUNING_YAML, VAL_LOSS_METRICS_YAML
+from tests.support.timing import pause
 
 SESSION = "session-0001"
 
@@ -115,35 +117,23 @@ PROBE = textwrap.dedent(
     """
 )
 
-PROJECT_YAML = """\
+PROJECT_YAML = (
+    """\
 version: 1
 launch:
   command: [python, train.py]
 {launch_extra}run:
   max_rounds: {max_rounds}
   timeout_minutes: {timeout_minutes}
-{run_extra}metrics:
-  specs:
-    - name: val_loss
-      source: stdout_regex
-      key_or_pattern: 'final val_loss=(?P<value>-?\\d+(?:\\.\\d+)?)'
-      goal: min
+{run_extra}"""
+    + VAL_LOSS_METRICS_YAML
+    + """\
       required: true
 {metrics_extra}advanced:
   security_mode: {mode}
   stop_grace_sec: 1
 {advanced_extra}"""
-
-TUNING_YAML = """\
-version: 1
-params:
-  - name: lr
-    flag: --lr
-    type: float
-    default: 0.1
-    min_value: 0.001
-    max_value: 1.0
-"""
+)
 
 
 def make_probe_project(
@@ -173,7 +163,7 @@ def make_probe_project(
             advanced_extra=advanced_extra,
         )
     )
-    (root / ".trainee" / "tuning.yaml").write_text(TUNING_YAML)
+    (root / ".trainee" / "tuning.yaml").write_text(LR_TUNING_YAML)
     set_orders(root, orders)
     return root
 
@@ -295,7 +285,7 @@ def started(layout: Layout) -> Iterator[Node]:
         yield n
     finally:
         n.kill(signal.SIGTERM)
-        _kill_leftover_daemons(n.daemon)
+        kill_leftover_daemons(n.daemon)
 
 
 @contextmanager

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, scaled
 from tests.faults.helpers import job_env, make_project, node
 from tests.security.attacks import (
     Target,
@@ -27,6 +26,8 @@ from tests.security.attacks import (
     stalled_watchers,
 )
 from tests.security.daemon_harness import assert_unharmed, started_daemon
+from tests.support.daemon import Daemon
+from tests.support.timing import scaled
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,6 @@ import anyio.from_thread
 import httpx
 import pytest
 
-from tests.conftest import Daemon, scaled
 from tests.security.attacks import (
     Target,
     http_idle_flood,
@@ -26,6 +25,8 @@ from tests.security.attacks import (
     tokenless_flood,
 )
 from tests.security.daemon_harness import FD_LIMIT, assert_unharmed, started_daemon
+from tests.support.daemon import Daemon
+from tests.support.timing import scaled
 from trainee.api.context import Services
 from trainee.api.table import registry
 from trainee.daemon.http import HttpServer, allowed_hosts_for, bind_tcp, build_app

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli, scaled
 from tests.faults.helpers import Node, node
 from tests.security.attacks import (
     BACKTRACKING_SPECS,
@@ -25,6 +24,8 @@ from tests.security.attacks import (
     status_kib,
 )
 from tests.security.daemon_harness import P99_BOUND_MS
+from tests.support.daemon import run_cli
+from tests.support.timing import scaled
 
 pytestmark = pytest.mark.e2e
 

@@ -13,10 +13,10 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.conftest import Daemon, run_cli
 from tests.faults.helpers import make_project
 from tests.security.attacks import Target, batch_bomb, measured, reply_bomb, rpc
 from tests.security.daemon_harness import assert_unharmed, started_daemon
+from tests.support.daemon import Daemon, run_cli
 
 pytestmark = pytest.mark.e2e
 

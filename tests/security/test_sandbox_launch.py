@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _kill_leftover_daemons, base_env
 from tests.faults.helpers import Node, assert_no_orphans, job_env
 from tests.security.sandbox_helpers import make_probe_project, starts
+from tests.support.daemon import base_env, kill_leftover_daemons
 from trainee.testhooks import CRASH_ENV, POINTS
 
 pytestmark = [
@@ -55,7 +55,7 @@ def test_a_daemon_killed_at_any_instant_of_a_launch_runs_each_round_once(
         state = n.wait_finished(project, timeout=90)
     finally:
         n.kill(signal.SIGTERM)
-        _kill_leftover_daemons(n.daemon)
+        kill_leftover_daemons(n.daemon)
         shutil.rmtree(runtime, ignore_errors=True)
     rounds = state["rounds"]
     assert state["session"]["stop_reason"] == "max_rounds", state["session"]
@@ -157,7 +157,7 @@ def test_a_round_launched_with_the_old_layout_is_still_readopted(tmp_path: Path)
         log = n.log
     finally:
         n.kill(signal.SIGTERM)
-        _kill_leftover_daemons(n.daemon)
+        kill_leftover_daemons(n.daemon)
         shutil.rmtree(runtime, ignore_errors=True)
     round1 = state["rounds"][0]
     assert round1["status"] == "completed" and round1["monitor_pid"] == pid, round1

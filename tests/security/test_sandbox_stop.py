@@ -23,7 +23,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import scaled
+from tests.support.timing import scaled, wait_for
 from trainee.launch.layout import ProjectLayout, RoundLayout
 from trainee.monitor import stopfile
 from trainee.monitor.process import (
@@ -50,13 +50,6 @@ open(os.path.join(here, "started"), "w").close()
 time.sleep(60)
 open(os.path.join(here, "finished"), "w").close()
 """
-
-
-def wait_for(cond: object, what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + scaled(timeout)
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        select.select([], [], [], 0.01)
 
 
 @pytest.fixture
@@ -93,7 +86,12 @@ def test_a_stop_while_bwrap_starts_reaches_the_job_once_it_exists(
     shim = subprocess.Popen(argv, pass_fds=(gate_r,), stdin=subprocess.DEVNULL)
     os.close(gate_r)
     try:
-        wait_for(lambda: read_state(rnd.monitor_file) is not None, "the monitor to run")
+        wait_for(
+            lambda: read_state(rnd.monitor_file) is not None,
+            "the monitor to run",
+            timeout=15,
+            interval=0.01,
+        )
         # bwrap is held before it executes the job: nothing of the job exists yet
         asked = time.monotonic()
         os.kill(shim.pid, signal.SIGTERM)

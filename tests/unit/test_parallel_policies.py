@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.support.extras import needs
 from tests.unit.spec.conftest import make_project, write
 from trainee.policies.base import (
     Proposal,
@@ -199,6 +200,7 @@ def test_random_batch_shrinks_to_what_is_left_then_stops(small: ProjectSpec) -> 
 # -- TPE -------------------------------------------------------------------------------------
 
 
+@needs("optuna")
 @pytest.mark.parametrize("k", [2, 4])
 def test_tpe_batch_is_k_distinct_valid_points(spec: ProjectSpec, k: int) -> None:
     state = after_baseline(spec)
@@ -209,6 +211,7 @@ def test_tpe_batch_is_k_distinct_valid_points(spec: ProjectSpec, k: int) -> None
     assert all(p.plan.hypothesis == "TPE suggestion" for p in proposals)
 
 
+@needs("optuna")
 def test_tpe_batch_stays_distinct_once_it_models_the_space(spec: ProjectSpec) -> None:
     """Past the random start-up phase (results told), K asks before any tell still give
     K different points (the study's constant liar keeps them apart)."""
@@ -227,6 +230,7 @@ def test_tpe_batch_stays_distinct_once_it_models_the_space(spec: ProjectSpec) ->
         assert len(state.rounds) == 1 + 3 * (step + 1)
 
 
+@needs("optuna")
 def test_tpe_batch_in_a_tiny_space_gives_only_the_untried_points(small: ProjectSpec) -> None:
     baseline = baseline_of(small)
     state = after_baseline(small)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.daemon import REPO
 from trainee.states import published
 
 JS = REPO / "webui" / "js"

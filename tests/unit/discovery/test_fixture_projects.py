@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.extras import needs
 from tests.unit.discovery.conftest import write
 from trainee.discovery import discover, init_project, prepare_project
 from trainee.discovery.hydra import compose_hydra, hydra_overrides
@@ -417,10 +418,8 @@ def test_shell_command_with_placeholders_is_read(tmp_path: Path) -> None:
     assert status == "pass" and "--max-steps = 20" in detail
 
 
-@pytest.mark.parametrize("use_library", [True, False])
+@pytest.mark.parametrize("use_library", [pytest.param(True, marks=needs("hydra")), False])
 def test_hydra_library_and_static_composition_agree(tmp_path: Path, use_library: bool) -> None:
-    if use_library:
-        pytest.importorskip("hydra", reason="hydra-core (the hydra extra) is not installed")
     root = project("hydra_app", tmp_path)
     write(
         root / "conf" / "experiment" / "fast.yaml",

@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
+from tests.support.extras import needs
 from trainee.metrics import Extractor
 from trainee.metrics.csv_source import CsvReader
 from trainee.metrics.wandb_source import find_wandb_summary
@@ -105,12 +104,8 @@ def test_csv_reads_are_bounded_and_a_rewritten_file_is_read_again(tmp_path: Path
 # -- tensorboard -------------------------------------------------------------------------
 
 
-def _tb() -> None:
-    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
-
-
+@needs("tensorboard")
 def test_tensorboard_scalars_of_both_formats_read_incrementally(tmp_path: Path) -> None:
-    _tb()
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary import Writer
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
@@ -141,8 +136,8 @@ def test_tensorboard_scalars_of_both_formats_read_incrementally(tmp_path: Path) 
     assert r.finals == {"val_loss": 0.0625} and r.warnings == []
 
 
+@needs("tensorboard")
 def test_tensorboard_missing_tag_or_files_are_warnings(tmp_path: Path) -> None:
-    _tb()
     from tensorboard.summary import Writer
 
     writer = Writer(str(tmp_path / ".trainee" / "tb"))

@@ -17,7 +17,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import REPO
+from tests.support.daemon import REPO
+from tests.support.extras import needs
 from trainee.launch.layout import ProjectLayout
 from trainee.research import analysis
 from trainee.spec import ProjectSpec, load_project
@@ -28,9 +29,6 @@ from trainee.store.records import RoundRecord, SessionRecord
 from trainee.store.report_views import IMPORTANCE_NAME, PARALLEL_NAME, SLICES_NAME
 
 SVG = "{http://www.w3.org/2000/svg}"
-needs_optuna = pytest.mark.skipif(
-    not analysis.optuna_available(), reason="optuna (an optional extra) is not installed"
-)
 
 POINTS = [  # lr, weight_decay, batch_size
     (0.001, 1e-5, 16),
@@ -92,7 +90,7 @@ def store_rounds(
     return anyio.run(main)
 
 
-@needs_optuna
+@needs("optuna")
 def test_importance_ranks_the_parameter_the_metric_depends_on(
     tmp_path: Path, spec: ProjectSpec
 ) -> None:
@@ -108,7 +106,7 @@ def test_importance_ranks_the_parameter_the_metric_depends_on(
     assert analysis.param_importances(spec.tunables, obs, "min") == imp
 
 
-@needs_optuna
+@needs("optuna")
 def test_importance_says_why_it_is_not_available(tmp_path: Path, spec: ProjectSpec) -> None:
     _, rounds = store_rounds(tmp_path)
     one = [(rounds[0].params, rounds[0].primary_metric, rounds[0].status)]

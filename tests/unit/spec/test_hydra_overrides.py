@@ -7,11 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.extras import require
 from trainee.spec.args import render_override_value
 
-pytest.importorskip("hydra", reason="hydra-core is not installed (the `hydra` extra)")
+require("hydra")
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: E402
 
 PARSER = OverridesParser.create()
 

@@ -9,180 +9,23 @@ Screenshots land in ``test-artifacts/webui/``.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
 
 import pytest
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, base_env
 from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import Daemon
+from tests.support.extras import require, require_chromium
+from tests.support.webui import ARTIFACTS, FAKE_KEY, HYPOTHESES, open_dashboard
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ARTIFACTS = REPO / "test-artifacts" / "webui"
-FAKE_KEY = "sk-webui-test-key-123456"
-HYPOTHESES = [
-    "A larger learning rate converges further within 300 epochs",
-    "More weight decay regularises the small noisy training set",
-    "Smaller batches give more updates per epoch",
-    "A learning rate between the two tried so far balances speed and noise",
-    "Less weight decay with the larger learning rate",
-]
-PLANS = [
-    {"lr": 0.003},
-    {"lr": 0.003, "weight_decay": 0.0003},
-    {"lr": 0.003, "batch_size": 8},
-    {"lr": 0.002},
-    {"lr": 0.004, "weight_decay": 0.000003},
-]
+require_chromium()
+require("playwright")
 
-if not os.path.exists(CHROMIUM):  # pragma: no cover - depends on the machine
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{CHROMIUM} is missing: `make test` installs Debian's chromium")
-    pytest.skip(
-        f"{CHROMIUM} is missing (Debian package chromium; `make test` installs it)",
-        allow_module_level=True,
-    )
-
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
-
-
-def plan_item(i: int) -> dict[str, Any]:
-    return {
-        "content": json.dumps(
-            {
-                "hypothesis": HYPOTHESES[i],
-                "change_summary": "change " + ", ".join(PLANS[i]),
-                "params": PLANS[i],
-                "expected": "val_loss below the baseline",
-                "stop": False,
-                "stop_reason": "",
-            }
-        )
-    }
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    """The live test loop_start makes, two plans, then a decision that takes its time:
-    the session sits at round 4's decision until the test stops it."""
-    script = [{"content": "OK"}, plan_item(0), plan_item(1), {"delay": 100, **plan_item(2)}]
-    with FakeLLM(script) as server:
-        yield server
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A copy of mlp-flags whose rounds last a few seconds (300 epochs)."""
-    target = tmp_path / "mlp-flags"
-    shutil.copytree(
-        REPO / "examples" / "mlp-flags",
-        target,
-        ignore=shutil.ignore_patterns("runtime.sqlite3*", "artifacts", "runs", "logs", "cache"),
-    )
-    spec = target / ".trainee" / "project.yaml"
-    spec.write_text(spec.read_text().replace("value: 200", "value: 300"))
-    return target
-
-
-def offline_env(short_dir: Path) -> dict[str, str]:
-    """A daemon's environment without any LLM provider."""
-    env = {
-        k: v
-        for k, v in base_env(short_dir).items()
-        if not k.startswith(("OPENAI_", "ANTHROPIC_", "MOONSHOT_", "LLM_PROVIDER"))
-    }
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    return env
-
-
-def started(d: Daemon) -> Iterator[Daemon]:
-    line = d.start()
-    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
-    try:
-        yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
-
-
-@pytest.fixture
-def offline_daemon(short_dir: Path) -> Iterator[Daemon]:
-    """No provider configured: the page must offer a policy that needs none."""
-    yield from started(Daemon(runtime=short_dir, env=offline_env(short_dir)))
-
-
-@pytest.fixture
-def llm_daemon(short_dir: Path, fake: FakeLLM) -> Iterator[Daemon]:
-    env = offline_env(short_dir)
-    env.update(
-        TRAINEE_LLM_PROVIDER="openai_compatible",
-        TRAINEE_LLM_BASE_URL=fake.openai_base_url,
-        TRAINEE_LLM_MODEL="fake-model",
-        TRAINEE_LLM_API_KEY=FAKE_KEY,
-    )
-    yield from started(Daemon(runtime=short_dir, env=env))
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-class Watched:
-    """A page whose uncaught errors are collected (a failed fetch is reported by the page)."""
-
-    def __init__(self, browser: Browser) -> None:
-        self.page: Page = browser.new_page(viewport={"width": 1280, "height": 800})
-        self.page.set_default_timeout(60_000)
-        self.errors: list[str] = []
-        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
-        self.page.on(
-            "console",
-            lambda msg: (
-                self.errors.append(msg.text)
-                if msg.type == "error" and not msg.text.startswith("Failed to load resource")
-                else None
-            ),
-        )
-
-    def shot(self, name: str) -> None:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
-
-
-def open_dashboard(browser: Browser, daemon: Daemon, project: Path) -> Watched:
-    w = Watched(browser)
-    w.page.goto(
-        f"{daemon.http_url}/?token={quote(daemon.token)}&project={quote(str(project), safe='')}"
-    )
-    expect(w.page.locator("#sidebar .project-card h3")).to_contain_text(project.name)
-    assert daemon.token not in w.page.url, "the token must leave the address bar"
-    assert w.page.evaluate("document.cookie") == "", "the access cookie must be HttpOnly"
-    return w
+from playwright.sync_api import Browser, Page, expect  # noqa: E402
 
 
 def chart_points(page: Page) -> int:

@@ -16,18 +16,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon
-from tests.e2e.test_webui import (  # noqa: F401  (fixtures)
-    ARTIFACTS,
-    browser,
-    fake,
-    llm_daemon,
-    open_dashboard,
-    project,
-)
+from tests.support.daemon import Daemon
+from tests.support.extras import require, require_chromium
+from tests.support.webui import ARTIFACTS, open_dashboard
 from trainee.research.analysis import optuna_available
 
 pytestmark = pytest.mark.e2e
+
+require_chromium()
+require("playwright")
 
 from playwright.sync_api import Browser, Locator, Page, expect  # noqa: E402
 
@@ -62,9 +59,9 @@ def call(page: Page, method: str, params: dict[str, object]) -> dict[str, Any]:
 
 
 def test_analysis_views_update_live_and_compare_two_sessions(
-    browser: Browser,  # noqa: F811
-    llm_daemon: Daemon,  # noqa: F811
-    project: Path,  # noqa: F811
+    browser: Browser,
+    llm_daemon: Daemon,
+    project: Path,
 ) -> None:
     # round k > 1 of the first session waits for go-k, made once the panel shows it (k
     # rounds, the waiting one counted): every step of the live update is seen however
