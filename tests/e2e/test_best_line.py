@@ -14,20 +14,19 @@ from pathlib import Path
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import Daemon, scaled
-from tests.e2e.test_loop import loop_get, wait_finished
-from tests.e2e.test_prune import FIXTURE, daemon, drive
+from tests.support.daemon import Daemon
+from tests.support.loop import loop_get, wait_finished
+from tests.support.prune import PRUNABLE, drive
+from tests.support.timing import scaled
 
 pytestmark = pytest.mark.e2e
 
-__all__ = ["daemon"]
-
 
 def test_each_round_carries_the_best_after_it_and_the_session_its_primary_metric(
-    daemon: Daemon, tmp_path: Path
+    module_venv_daemon: Daemon, tmp_path: Path
 ) -> None:
     project = tmp_path / "prunable"
-    shutil.copytree(FIXTURE, project)
+    shutil.copytree(PRUNABLE, project)
     path = project / ".trainee" / "project.yaml"
     doc = yaml.safe_load(path.read_text())
     del doc["run"]["prune"]
@@ -36,9 +35,9 @@ def test_each_round_carries_the_best_after_it_and_the_session_its_primary_metric
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     # seeds 0 and 1 end at 0.0638 and 0.0354; floor 0.04 ends at 0.0538 (better than the
     # baseline by 0.01, within the noise), floor 0 at 0.0138 (a real gain)
-    drive(daemon, project, [{"floor": 0.04}, {"floor": 0.0}], own=2)
-    wait_finished(daemon.env, project, timeout=scaled(60))
-    state = loop_get(daemon.env, project)
+    drive(module_venv_daemon, project, [{"floor": 0.04}, {"floor": 0.0}], own=2)
+    wait_finished(module_venv_daemon.env, project, timeout=scaled(60))
+    state = loop_get(module_venv_daemon.env, project)
     assert state["metric"] == {"name": "val_loss", "goal": "min"}
     rounds = {r["index"]: r for r in state["rounds"]}
     assert rounds[3]["primary_metric"] < rounds[1]["primary_metric"]

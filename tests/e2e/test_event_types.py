@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from tests.conftest import REPO, Daemon, copy_example, run_cli
+from tests.support.daemon import REPO, Daemon, copy_example, run_cli
 from trainee import events as ev
 from trainee.cli.live import IGNORED_KINDS, LiveView
 from trainee.mcp.server import WATCHED

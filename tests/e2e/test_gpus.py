@@ -24,8 +24,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, _kill_leftover_daemons, base_env, run_cli, scaled
-from tests.e2e.test_loop import assert_no_training_left, wait_finished, wait_until
+from tests.support.daemon import Daemon, base_env, kill_leftover_daemons, run_cli
+from tests.support.loop import wait_finished, wait_until
+from tests.support.processes import assert_no_training_left
+from tests.support.timing import scaled
 
 pytestmark = pytest.mark.e2e
 
@@ -217,7 +219,7 @@ def daemon(nvml: Path) -> Iterator[Daemon]:
         yield d
     finally:
         d.stop()
-        _kill_leftover_daemons(d)
+        kill_leftover_daemons(d)
         shutil.rmtree(runtime, ignore_errors=True)
 
 
@@ -422,6 +424,6 @@ def test_slots_of_rounds_still_running_are_counted_after_a_daemon_restart(
         for d in (first, second):
             if d is not None:
                 d.stop()
-                _kill_leftover_daemons(d)
+                kill_leftover_daemons(d)
         assert_no_training_left(project)
         shutil.rmtree(runtime, ignore_errors=True)

@@ -12,14 +12,14 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.conftest import Daemon, scaled
-from tests.e2e.test_loop import assert_no_training_left, copy_example
+from tests.support.daemon import Daemon, copy_example
+from tests.support.extras import CHROMIUM, needs
+from tests.support.processes import assert_no_training_left
+from tests.support.timing import scaled
 from trainee import errors
 from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e
-
-CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture
@@ -75,12 +75,13 @@ def test_a_project_with_a_running_session_stays_listed(
 
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing")
+@needs("playwright")
 def test_the_page_lists_adds_and_removes_projects_on_the_daemon(
     daemon: Daemon, rpc: RpcClient, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    from tests.e2e.test_webui import CHROMIUM_ARGS
+    from tests.support.webui import CHROMIUM_ARGS
 
     opened = copy_example("mlp-flags", tmp_path)
     old = tmp_path / "from-an-older-page"

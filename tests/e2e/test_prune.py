@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -20,54 +19,23 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from tests.support.daemon import REPO, Daemon
+from tests.support.daemon import Daemon
 from tests.support.loop import artifacts, loop_get, read_ledgers, wait_finished
 from tests.support.processes import assert_no_training_left
+from tests.support.prune import FOREVER, PRUNABLE, checkpoint_of, drive
 from tests.support.timing import scaled
-from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e
-
-FIXTURE = REPO / "tests" / "fixtures" / "projects" / "prunable"
-FOREVER = 100_000
-"""Epochs of a losing round: it runs for more than an hour unless it is pruned."""
 
 
 def project_with(tmp_path: Path, prune: dict[str, Any]) -> Path:
     project = tmp_path / "prunable"
-    shutil.copytree(FIXTURE, project)
+    shutil.copytree(PRUNABLE, project)
     path = project / ".trainee" / "project.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["run"]["prune"] = prune
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return project
-
-
-def drive(
-    daemon: Daemon, project: Path, plans: list[dict[str, Any]], *, own: int = 1
-) -> list[dict[str, Any]]:
-    """Start an external session of ``own`` + len(plans) rounds, wait for the ``own``
-    rounds the session runs by itself (the baseline...), then run the plans one by one;
-    each round's result."""
-    root = str(project)
-    results = []
-    with RpcClient(daemon.socket, timeout=scaled(120)) as rpc:
-        start = {"project_root": root, "policy": "external", "security_mode": "unsafe"}
-        session = rpc.call("loop_start", {**start, "max_rounds": own + len(plans)})["session"]
-        for index in range(1, own + 1):
-            first = {"session": session, "round": index, "project_root": root, "wait": True}
-            results.append(rpc.call("round_result", first))
-        for params in plans:
-            plan = {
-                "session": session,
-                "project_root": root,
-                "hypothesis": f"try {params}",
-                "change_summary": "lr",
-                "expected": "see",
-                "params": params,
-            }
-            results.append(rpc.call("round_run", plan))
-    return results
 
 
 def rounds_of(daemon: Daemon, project: Path) -> dict[int, dict[str, Any]]:
@@ -82,14 +50,6 @@ def reason_of(rnd: dict[str, Any]) -> str:
     reason = str(rnd["warnings"][0])
     assert reason.startswith("pruned: ")
     return reason
-
-
-def checkpoint_of(rnd: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint the round's job wrote into its outputs folder (``--out``)."""
-    argv = shlex.split(rnd["command"])
-    out = Path(argv[argv.index("--out") + 1])
-    data: dict[str, Any] = json.loads((out / "checkpoint.json").read_text())
-    return data
 
 
 def test_a_diverging_round_is_pruned_by_the_threshold_rule_and_saves_its_checkpoint(
@@ -187,7 +147,7 @@ def test_a_noisy_win_does_not_become_the_best(module_venv_daemon: Daemon, tmp_pa
     final loss by up to 0.02 here); a lucky seed and a gain within the floor stay
     neutral, a gain well above it is the new best."""
     project = tmp_path / "prunable"
-    shutil.copytree(FIXTURE, project)
+    shutil.copytree(PRUNABLE, project)
     path = project / ".trainee" / "project.yaml"
     doc = yaml.safe_load(path.read_text())
     del doc["run"]["prune"]

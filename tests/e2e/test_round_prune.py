@@ -15,25 +15,19 @@ import contextlib
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, run_cli, scaled, venv_env
-from tests.e2e.test_loop import (
-    OK,
-    artifacts,
-    assert_no_training_left,
-    llm_env,
-    plan,
-    user_text,
-    wait_finished,
-)
-from tests.e2e.test_prune import FOREVER, checkpoint_of
 from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import REPO, Daemon, kill_leftover_daemons, run_cli, venv_env
+from tests.support.extras import needs
+from tests.support.loop import OK, artifacts, llm_env, plan, user_text, wait_finished
+from tests.support.processes import assert_no_training_left
+from tests.support.prune import FOREVER, checkpoint_of
+from tests.support.timing import scaled
 from trainee import errors
 from trainee.rpc.client import RpcClient
 
@@ -43,20 +37,6 @@ FIXTURE = REPO / "tests" / "fixtures" / "projects" / "prunable"
 REASON = "val_loss   crawls:\nlr 0.02 is far too small"
 SAID = "val_loss crawls: lr 0.02 is far too small"
 """The reason as recorded: one line, whitespace runs made one space."""
-
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    runtime = Path(tempfile.mkdtemp(prefix="tr-rprune-", dir="/tmp"))
-    d = Daemon(runtime=runtime, env=venv_env(runtime))
-    line = d.start()
-    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
-    try:
-        yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
-        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def project_of(tmp_path: Path, *, baseline_epochs: int | None = None) -> Path:
@@ -94,11 +74,11 @@ def refused(rpc: RpcClient, kind: type[errors.TraineeError], params: dict[str, A
 
 
 def test_an_agent_ends_a_running_round_early_with_its_reason(
-    daemon: Daemon, tmp_path: Path
+    module_venv_daemon: Daemon, tmp_path: Path
 ) -> None:
     project = project_of(tmp_path)
     root = str(project)
-    with RpcClient(daemon.socket, timeout=scaled(120)) as rpc:
+    with RpcClient(module_venv_daemon.socket, timeout=scaled(120)) as rpc:
         start = {"project_root": root, "policy": "external", "security_mode": "unsafe"}
         session = rpc.call("loop_start", {**start, "max_rounds": 3})["session"]
         at = {"session": session, "project_root": root}
@@ -151,7 +131,7 @@ def test_an_agent_ends_a_running_round_early_with_its_reason(
         assert third["status"] == "completed"
 
         # the pruned round used up its place: max_rounds 3 reached
-        state = wait_finished(daemon.env, project, timeout=scaled(60))
+        state = wait_finished(module_venv_daemon.env, project, timeout=scaled(60))
         assert state["session"]["stop_reason"] == "max_rounds", state["session"]
         assert [r["status"] for r in state["rounds"]] == ["completed", "pruned", "completed"]
         assert rpc.call("session_noise", at) == {"session": session, "noise": None}
@@ -169,13 +149,14 @@ def test_an_agent_ends_a_running_round_early_with_its_reason(
     assert_no_training_left(project)
 
 
+@needs("optuna")
 def test_only_a_session_an_agent_steers_ends_rounds_on_request(
-    daemon: Daemon, tmp_path: Path
+    module_venv_daemon: Daemon, tmp_path: Path
 ) -> None:
     """A ``tpe`` session decides alone: its running round is not ended on request."""
     project = project_of(tmp_path, baseline_epochs=FOREVER)
     root = str(project)
-    with RpcClient(daemon.socket, timeout=scaled(120)) as rpc:
+    with RpcClient(module_venv_daemon.socket, timeout=scaled(120)) as rpc:
         start = {"project_root": root, "policy": "tpe", "security_mode": "unsafe"}
         session = rpc.call("loop_start", {**start, "max_rounds": 2})["session"]
         at = {"session": session, "project_root": root}
@@ -188,7 +169,14 @@ def test_only_a_session_an_agent_steers_ends_rounds_on_request(
         )
         # the same through the CLI: exit 5 (invalid state), the daemon's message
         cli = run_cli(
-            "prune", session, "1", "--reason", "enough", "--project-root", root, env=daemon.env
+            "prune",
+            session,
+            "1",
+            "--reason",
+            "enough",
+            "--project-root",
+            root,
+            env=module_venv_daemon.env,
         )
         assert cli.returncode == 5, cli
         assert message in cli.stderr
@@ -238,6 +226,6 @@ def test_a_hybrid_session_ends_a_round_early_and_the_next_decision_sees_why(
             assert "1 completed, 1 failed" in after
         finally:
             d.stop()
-            _kill_leftover_daemons(d)
+            kill_leftover_daemons(d)
             shutil.rmtree(runtime, ignore_errors=True)
     assert_no_training_left(project)

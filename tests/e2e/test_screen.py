@@ -10,22 +10,20 @@ report.
 
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, scaled, venv_env
-from tests.e2e.test_loop import (
+from tests.fakes.llm_server import FakeLLM
+from tests.support.daemon import REPO, Daemon
+from tests.support.extras import needs
+from tests.support.loop import (
     OK,
     artifacts,
-    assert_no_training_left,
     llm_env,
     loop_get,
     plan,
@@ -34,27 +32,14 @@ from tests.e2e.test_loop import (
     wait_finished,
     wait_until,
 )
-from tests.fakes.llm_server import FakeLLM
-from trainee.research.analysis import optuna_available
+from tests.support.processes import assert_no_training_left
+from tests.support.screen import check_ladder
+from tests.support.timing import scaled
 from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e
 
 FIXTURE = REPO / "tests" / "fixtures" / "projects" / "screenable"
-
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    runtime = Path(tempfile.mkdtemp(prefix="tr-screen-", dir="/tmp"))
-    d = Daemon(runtime=runtime, env=venv_env(runtime))
-    line = d.start()
-    assert line.startswith("READY"), f"daemon did not start: {line!r}\n{d.log}"
-    try:
-        yield d
-    finally:
-        d.stop()
-        _kill_leftover_daemons(d)
-        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def project_with(tmp_path: Path, **changes: Any) -> Path:
@@ -75,59 +60,21 @@ def project_with(tmp_path: Path, **changes: Any) -> Path:
 
 
 def run_session(
-    daemon: Daemon, project: Path, policy: str = "random", mode: str = "unsafe"
+    module_venv_daemon: Daemon, project: Path, policy: str = "random", mode: str = "unsafe"
 ) -> dict[str, Any]:
     """A session of the project (random policy by default) to its end; its final state."""
-    with RpcClient(daemon.socket, timeout=scaled(60)) as rpc:
+    with RpcClient(module_venv_daemon.socket, timeout=scaled(60)) as rpc:
         rpc.call(
             "loop_start", {"project_root": str(project), "policy": policy, "security_mode": mode}
         )
-    state = wait_finished(daemon.env, project, timeout=scaled(120))
+    state = wait_finished(module_venv_daemon.env, project, timeout=scaled(120))
     assert state["session"]["stop_reason"] == "max_rounds", state["session"]
     assert_no_training_left(project)
     return state
 
 
-def epochs_of(rnd: dict[str, Any]) -> int:
-    argv = shlex.split(rnd["command"])
-    return int(argv[argv.index("--epochs") + 1])
-
-
 def log_of(project: Path, rnd: dict[str, Any]) -> str:
     return (artifacts(project) / f"round-{rnd['index']:04d}.log").read_text()
-
-
-def check_ladder(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every round ran at its rung's budget; each promotion took a round of rung 1 that
-    beat at least one other round of rung 1 finished before the promotion (eta 2: the
-    best half goes on). The rounds of rung 1 and the promoted ones."""
-    rounds = {r["index"]: r for r in state["rounds"]}
-    baseline = rounds[1]
-    assert (baseline["rung"], baseline["budget"], epochs_of(baseline)) == (2, 6, 6)
-    low = [r for r in rounds.values() if r["index"] > 1 and r["rung"] == 1]
-    promoted = [r for r in rounds.values() if r["promoted_from"] is not None]
-    assert low and promoted, state["rounds"]
-    assert len(low) + len(promoted) == len(rounds) - 1
-    # each new candidate was decided seeing the rounds still running: none repeats one
-    assert len({json.dumps(r["params"], sort_keys=True) for r in low}) == len(low), low
-    for r in low:
-        assert (r["budget"], epochs_of(r)) == (2, 2), r
-        assert r["verdict"] == "neutral" and "screening rung 1 of 2" in r["verdict_reason"], r
-    for p in promoted:
-        source = rounds[p["promoted_from"]]
-        assert (p["rung"], p["budget"], epochs_of(p)) == (2, 6, 6), p
-        assert source["rung"] == 1 and source["params"] == p["params"]
-        beaten = [
-            r
-            for r in low
-            if r["index"] != source["index"]
-            and r["ended_at"] <= p["started_at"]
-            and r["primary_metric"] >= source["primary_metric"]
-        ]
-        assert beaten, f"round {p['index']} promoted {source['index']} without a rival beaten"
-        assert f"round {source['index']} promoted from rung 1" in p["hypothesis"]
-    assert len({p["promoted_from"] for p in promoted}) == len(promoted), "promoted twice"
-    return low, promoted
 
 
 def check_ledger(project: Path, state: dict[str, Any]) -> None:
@@ -142,12 +89,12 @@ def check_ledger(project: Path, state: dict[str, Any]) -> None:
 
 
 def test_candidates_are_promoted_across_two_rungs_with_two_at_once(
-    daemon: Daemon, tmp_path: Path
+    module_venv_daemon: Daemon, tmp_path: Path
 ) -> None:
     """The acceptance test of issue 20 item 2; without a resume option a promoted round
     runs again from the start at the full budget."""
     project = project_with(tmp_path)
-    state = run_session(daemon, project)
+    state = run_session(module_venv_daemon, project)
     low, promoted = check_ladder(state)
     rounds = state["rounds"]
     # two rounds ran at once (parallel: 2), and rounds were decided while others ran
@@ -173,7 +120,7 @@ def test_candidates_are_promoted_across_two_rungs_with_two_at_once(
 
 @pytest.mark.parametrize("mode", ["unsafe", "guarded"])
 def test_a_promoted_round_resumes_from_its_checkpoint(
-    daemon: Daemon, tmp_path: Path, mode: str
+    module_venv_daemon: Daemon, tmp_path: Path, mode: str
 ) -> None:
     """Guarded too: the sandbox lets a round read the outputs of an earlier round."""
     if mode == "guarded" and shutil.which("bwrap") is None:
@@ -181,7 +128,7 @@ def test_a_promoted_round_resumes_from_its_checkpoint(
     project = project_with(
         tmp_path, resume={"flag": "--resume", "value": "{from_outputs_dir}/checkpoint.json"}
     )
-    state = run_session(daemon, project, mode=mode)
+    state = run_session(module_venv_daemon, project, mode=mode)
     _, promoted = check_ladder(state)
     for p in promoted:
         argv = shlex.split(p["command"])
@@ -200,23 +147,25 @@ def test_a_promoted_round_resumes_from_its_checkpoint(
             assert "--resume" not in r["command"], r
 
 
-@pytest.mark.skipif(not optuna_available(), reason="the optuna extra is not installed")
-def test_tpe_screens_too(daemon: Daemon, tmp_path: Path) -> None:
+@needs("optuna")
+def test_tpe_screens_too(module_venv_daemon: Daemon, tmp_path: Path) -> None:
     """TPE decides beside running rounds and is told the low-budget ones as pruned
     trials with their value: the ladder holds as with random draws."""
     project = project_with(tmp_path)
-    state = run_session(daemon, project, "tpe")
+    state = run_session(module_venv_daemon, project, "tpe")
     check_ladder(state)
 
 
-def test_a_low_budget_result_never_becomes_the_best(daemon: Daemon, tmp_path: Path) -> None:
+def test_a_low_budget_result_never_becomes_the_best(
+    module_venv_daemon: Daemon, tmp_path: Path
+) -> None:
     """With overfitting, 2 epochs look better than 6: the rounds of rung 1 beat the
     baseline on the metric, yet only a full-budget round is ever the best."""
     project = project_with(
         tmp_path,
         fixed_args=[{"flag": "--epochs", "value": 6}, {"flag": "--overfit", "value": 3}],
     )
-    state = run_session(daemon, project)
+    state = run_session(module_venv_daemon, project)
     rounds = {r["index"]: r for r in state["rounds"]}
     low, _ = check_ladder(state)
     assert all(r["primary_metric"] < rounds[1]["primary_metric"] for r in low)
@@ -227,7 +176,7 @@ def test_a_low_budget_result_never_becomes_the_best(daemon: Daemon, tmp_path: Pa
 
 
 def test_a_failed_decision_lets_the_running_rounds_end_first(
-    daemon: Daemon, tmp_path: Path
+    module_venv_daemon: Daemon, tmp_path: Path
 ) -> None:
     """The LLM's plan for round 4 is out of bounds twice while round 3 (held) still runs:
     nothing more is launched, round 3 ends as it would, then the session ends with
@@ -238,7 +187,7 @@ def test_a_failed_decision_lets_the_running_rounds_end_first(
     script = [OK, plan({"lr": 0.2}), plan({"lr": 0.3}), plan({"lr": 5.0}), plan({"lr": 9.0})]
     try:
         with FakeLLM(script) as fake:
-            env = llm_env(daemon.env, fake)
+            env = llm_env(module_venv_daemon.env, fake)
             start(project, env, "--unsafe")
             state = wait_until(
                 env,
@@ -282,11 +231,14 @@ def test_a_failed_decision_lets_the_running_rounds_end_first(
     ],
 )
 def test_bad_screen_config_is_refused_naming_the_field(
-    daemon: Daemon, tmp_path: Path, changes: dict[str, Any], field: str, reason: str
+    module_venv_daemon: Daemon, tmp_path: Path, changes: dict[str, Any], field: str, reason: str
 ) -> None:
     project = project_with(tmp_path, **changes)
     start = {"project_root": str(project), "policy": "random", "security_mode": "unsafe"}
-    with RpcClient(daemon.socket, timeout=scaled(60)) as rpc, pytest.raises(Exception) as caught:
+    with (
+        RpcClient(module_venv_daemon.socket, timeout=scaled(60)) as rpc,
+        pytest.raises(Exception) as caught,
+    ):
         rpc.call("loop_start", start)
     text = str(caught.value)
     assert field in text and reason in text, text

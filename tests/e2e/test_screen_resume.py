@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Daemon, _kill_leftover_daemons, scaled, venv_env
-from tests.e2e.test_loop import artifacts, assert_no_training_left, wait_finished, wait_until
-from tests.e2e.test_screen import check_ladder
+from tests.support.daemon import REPO, Daemon, kill_leftover_daemons, venv_env
+from tests.support.loop import artifacts, wait_finished, wait_until
+from tests.support.processes import assert_no_training_left
+from tests.support.screen import check_ladder
+from tests.support.timing import scaled
 from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e
@@ -67,7 +69,7 @@ def test_a_restarted_daemon_carries_on_screening(tmp_path: Path) -> None:
         hold.unlink(missing_ok=True)
         restarted.stop()
         daemon.stop()
-        _kill_leftover_daemons(daemon)
+        kill_leftover_daemons(daemon)
         shutil.rmtree(runtime, ignore_errors=True)
     assert state["session"]["stop_reason"] == "max_rounds", state["session"]
     assert_no_training_left(project)

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, scaled
-from tests.e2e.test_loop import assert_no_training_left, copy_example
+from tests.support.daemon import Daemon, copy_example
+from tests.support.processes import assert_no_training_left
+from tests.support.timing import scaled
 from trainee import errors
 from trainee.daemon.limits import Limits
 from trainee.rpc.client import RpcClient

@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import scaled
+from tests.support.timing import scaled
 from tests.unit.launch.projects import make_project, round_of
 from trainee.launch.gpus import SlotPool, probe_gpus, slot_of_monitor
 from trainee.launch.render import build_env

@@ -21,7 +21,7 @@ import anyio
 import anyio.from_thread
 import pytest
 
-from tests.conftest import scaled
+from tests.support.timing import scaled
 from trainee import errors
 from trainee.api.context import Services
 from trainee.daemon.limits import Limits

@@ -103,3 +103,33 @@ def open_dashboard(browser: Browser, daemon: Daemon, project: Path) -> Watched:
     assert daemon.token not in w.page.url, "the token must leave the address bar"
     assert w.page.evaluate("document.cookie") == "", "the access cookie must be HttpOnly"
     return w
+
+
+OVERFLOWING = """(root) => {
+  const out = [];
+  for (const el of document.querySelectorAll(root + ', ' + root + ' *')) {
+    if (!el.getClientRects().length || el.closest('pre, .log-body, svg')) continue;
+    if (el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0) {
+      const name = el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+        + (el.className && typeof el.className === 'string' ? '.' + el.className.trim().split(/\\s+/).join('.') : '')
+        + (el.getAttribute('aria-label') ? `[${el.getAttribute('aria-label')}]` : '');
+      out.push(`${name}: ${el.scrollWidth} > ${el.clientWidth}`);
+    }
+    if (el.tagName === 'SELECT' && el.selectedOptions.length) {  // its text cut?
+      const cs = getComputedStyle(el);
+      const ctx = (window.__measure ||= document.createElement('canvas').getContext('2d'));
+      ctx.font = cs.font;
+      const text = el.selectedOptions[0].textContent;
+      const need = ctx.measureText(text).width + parseFloat(cs.paddingLeft)
+        + parseFloat(cs.paddingRight) + 18;  // the arrow
+      if (need > el.clientWidth + 1) out.push(`select "${text}": ${Math.ceil(need)} > ${el.clientWidth}`);
+    }
+  }
+  return out;
+}"""
+
+
+def assert_fits(page: Page, root: str) -> None:
+    """Nothing in ``root`` is wider than its box (a select, a cell, a chip)."""
+    found = page.evaluate(OVERFLOWING, root)
+    assert found == [], f"wider than their box in {root}:\n" + "\n".join(found)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.daemon import REPO
 from trainee.events import KINDS
 
 JS = REPO / "webui" / "js"

@@ -18,7 +18,7 @@ import pytest
 from tests.fakes.llm_server import FakeLLM
 from tests.support.daemon import Daemon
 from tests.support.extras import require, require_chromium
-from tests.support.webui import ARTIFACTS, FAKE_KEY, HYPOTHESES, open_dashboard
+from tests.support.webui import ARTIFACTS, FAKE_KEY, HYPOTHESES, assert_fits, open_dashboard
 
 pytestmark = pytest.mark.e2e
 
@@ -55,35 +55,6 @@ def hold_rounds(project: Path, hold: Path, *, free_round: int | None = None) -> 
 
 # Every element of a region whose content is wider than its box (cut, truncated or
 # scrolled sideways): an input whose value does not fit counts too.
-OVERFLOWING = """(root) => {
-  const out = [];
-  for (const el of document.querySelectorAll(root + ', ' + root + ' *')) {
-    if (!el.getClientRects().length || el.closest('pre, .log-body, svg')) continue;
-    if (el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0) {
-      const name = el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
-        + (el.className && typeof el.className === 'string' ? '.' + el.className.trim().split(/\\s+/).join('.') : '')
-        + (el.getAttribute('aria-label') ? `[${el.getAttribute('aria-label')}]` : '');
-      out.push(`${name}: ${el.scrollWidth} > ${el.clientWidth}`);
-    }
-    if (el.tagName === 'SELECT' && el.selectedOptions.length) {  // its text cut?
-      const cs = getComputedStyle(el);
-      const ctx = (window.__measure ||= document.createElement('canvas').getContext('2d'));
-      ctx.font = cs.font;
-      const text = el.selectedOptions[0].textContent;
-      const need = ctx.measureText(text).width + parseFloat(cs.paddingLeft)
-        + parseFloat(cs.paddingRight) + 18;  // the arrow
-      if (need > el.clientWidth + 1) out.push(`select "${text}": ${Math.ceil(need)} > ${el.clientWidth}`);
-    }
-  }
-  return out;
-}"""
-
-
-def assert_fits(page: Page, root: str) -> None:
-    found = page.evaluate(OVERFLOWING, root)
-    assert found == [], f"wider than their box in {root}:\n" + "\n".join(found)
-
-
 def training_left(project: Path) -> list[str]:
     root = str(project.resolve())
     found = []

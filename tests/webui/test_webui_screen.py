@@ -11,25 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Daemon
-from tests.e2e.test_webui import (  # noqa: F401  (fixtures)
-    ARTIFACTS,
-    assert_fits,
-    browser,
-    offline_daemon,
-    open_dashboard,
-)
+from tests.support.daemon import REPO, Daemon
+from tests.support.extras import require, require_chromium
+from tests.support.loop import loop_get
+from tests.support.webui import ARTIFACTS, assert_fits, open_dashboard
 
 pytestmark = pytest.mark.e2e
 
-from playwright.sync_api import Browser, expect  # noqa: E402
+require_chromium()
+require("playwright")
 
-from tests.e2e.test_loop import loop_get  # noqa: E402
+from playwright.sync_api import Browser, expect  # noqa: E402
 
 
 def test_the_rounds_table_shows_rungs_and_promotions(
-    browser: Browser,  # noqa: F811
-    offline_daemon: Daemon,  # noqa: F811
+    browser: Browser,
+    offline_daemon: Daemon,
     tmp_path: Path,
 ) -> None:
     project = tmp_path / "screenable"

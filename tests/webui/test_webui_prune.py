@@ -22,18 +22,19 @@ from urllib.parse import quote
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from tests.conftest import REPO, Daemon, scaled
-from tests.e2e.test_loop import assert_no_training_left, wait_finished
-from tests.e2e.test_webui import (  # noqa: F401  (fixtures)
-    ARTIFACTS,
-    browser,
-    offline_daemon,
-    open_dashboard,
-)
+from tests.support.daemon import REPO, Daemon
+from tests.support.extras import require, require_chromium
+from tests.support.loop import wait_finished
+from tests.support.processes import assert_no_training_left
+from tests.support.timing import scaled
+from tests.support.webui import ARTIFACTS, open_dashboard
 from trainee import errors
 from trainee.rpc.client import RpcClient
 
 pytestmark = pytest.mark.e2e
+
+require_chromium()
+require("playwright")
 
 from playwright.sync_api import Browser, expect  # noqa: E402
 
@@ -75,8 +76,8 @@ def wait_running(rpc: RpcClient, at: dict[str, Any], index: int) -> None:
 
 
 def test_a_pruned_round_shows_its_reason_and_the_noise_its_mean_and_spread(
-    browser: Browser,  # noqa: F811
-    offline_daemon: Daemon,  # noqa: F811
+    browser: Browser,
+    offline_daemon: Daemon,
     project: Path,
 ) -> None:
     root = str(project)
