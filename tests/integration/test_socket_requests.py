@@ -21,7 +21,7 @@ import anyio
 import anyio.from_thread
 import pytest
 
-from tests.support.timing import scaled
+from tests.support.timing import scaled, wait_for
 from trainee import errors
 from trainee.api.context import Services
 from trainee.daemon.limits import Limits
@@ -108,10 +108,7 @@ def serving(limits: Limits) -> Iterator[Served]:
 
 
 def until(what: str, check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + scaled(10)
-    while not check():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.01)
+    wait_for(check, what, timeout=10, interval=0.01)
 
 
 class Raw:

@@ -167,7 +167,7 @@ class RpcClient:
         seconds = self.timeout if timeout is ... else timeout
         deadline = _deadline(seconds)
         rid = next(self._ids)
-        self._send(_encode_request(method, params, rid), deadline, method)
+        self._send_interruptible(_encode_request(method, params, rid), deadline, method)
         try:
             while True:
                 message = self._read_message(deadline)
@@ -218,7 +218,7 @@ class RpcClient:
         ids = [next(self._ids) for _ in calls]
         parts = [_encode_request(m, p, rid) for (m, p), rid in zip(calls, ids, strict=True)]
         what = f"a batch of {len(calls)} calls"
-        self._send(b"[" + b",".join(parts) + b"]", deadline, what)
+        self._send_interruptible(b"[" + b",".join(parts) + b"]", deadline, what)
         try:
             return self._batch_replies(calls, ids, deadline, what, seconds)
         except KeyboardInterrupt:
@@ -280,6 +280,16 @@ class RpcClient:
                 return self._notifications.popleft()
 
     # -- internals ---------------------------------------------------------------
+
+    def _send_interruptible(self, payload: bytes, deadline: float | None, what: str) -> None:
+        """Send a request; a Ctrl-C while it is being sent (or just after, before the
+        caller could register it for a cancel) closes the connection: a frame may be cut
+        short, and the daemon cancels a connection's requests when it ends."""
+        try:
+            self._send(payload, deadline, what)
+        except KeyboardInterrupt:
+            self.close()
+            raise
 
     def _cancel_quietly(self, ids: list[int]) -> None:
         """Cancel requests this client gives up on, as far as a short try can."""
