@@ -92,8 +92,9 @@ OUTPUT_LINES_PER_EVENT = 200
 """An ``output`` event carries at most this many lines (the latest); ``skipped`` counts
 the others of the same batch (they are all in the round log)."""
 
-NOTE_PATTERN = r"^note(\.[a-z0-9_]+)*$"
-"""The kinds of annotations outside tools may publish (``events_publish``)."""
+NOTE_PATTERN = r"^note(\.[a-z0-9_]+)*$(?!\n)"
+"""The kinds of annotations outside tools may publish (``events_publish``); the lookahead
+after ``$``: Python's ``$`` also matches before a final newline, which a kind never has."""
 _NOTE = re.compile(NOTE_PATTERN)
 
 
@@ -520,7 +521,7 @@ def decode_event(raw: bytes | str | Mapping[str, Any]) -> Event:
 
 def is_note(kind: str) -> bool:
     """Whether ``kind`` is a note's (``note``, ``note.<name>``)."""
-    return _NOTE.match(kind) is not None
+    return _NOTE.fullmatch(kind) is not None
 
 
 def project_of(event: Event) -> str | None:

@@ -6,8 +6,10 @@ sandbox (skipped without /dev/nvidia*)."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
+import logging
 import os
 import shutil
 import signal
@@ -19,11 +21,18 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.support.timing import scaled
+from tests.support.timing import pause, scaled
 from tests.unit.launch.projects import make_project, round_of
-from trainee.launch.gpus import SlotPool, probe_gpus, slot_of_monitor
+from trainee.launch.gpus import (
+    TREE_GIVE_UP_SEC,
+    TREE_POLL_SEC,
+    SlotPool,
+    probe_gpus,
+    slot_of_monitor,
+)
 from trainee.launch.render import build_env
 from trainee.launch.sandbox import bwrap_argv, gpu_devices
+from trainee.monitor.process import processes_with_env
 from trainee.session.doctor import check_gpus
 from trainee.shim import proc_start_time
 
@@ -90,6 +99,70 @@ def test_what_outlives_an_ended_round_is_killed_before_its_slot_is_given_back(
 
     anyio.run(main)
     assert leftover.wait(timeout=scaled(10)) == -signal.SIGKILL
+
+
+CHAIN = """
+import os, sys, time
+print('ready', flush=True)
+while True:  # a leftover that is a new pid every generation: fork, the parent exits
+    if os.fork():
+        os._exit(0)
+    time.sleep(float(sys.argv[1]))
+"""
+
+
+def _chain(key: str, pause: float) -> None:
+    env = {**os.environ, "TRAINEE_ROUND_DIR": key}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHAIN, str(pause)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.stdout.close()
+    proc.wait()  # the first generation's parent exits at once
+
+
+def _kill_chain(key: str) -> list[int]:
+    for _ in range(500):
+        pids = processes_with_env("TRAINEE_ROUND_DIR", key)
+        if not pids:
+            return []
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        pause(0.01)
+    return processes_with_env("TRAINEE_ROUND_DIR", key)
+
+
+@pytest.mark.parametrize("pause_sec", [0.3, 0.003])
+def test_a_leftover_that_forks_anew_is_killed_at_every_look_and_never_holds_the_slot(
+    tmp_path: Path, pause_sec: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new pid every generation: one SIGKILL at the first look misses the next one, an
+    empty look between parent and child is not "gone", and the wait has an end."""
+    key = str(tmp_path / "round-0001")
+    _chain(key, pause_sec)
+    try:
+
+        async def main() -> None:
+            pool = SlotPool()
+            pool.adopt(key, (0,))
+            with anyio.fail_after(scaled(0.3 + TREE_GIVE_UP_SEC + 15)):
+                await pool.release(key, key, kill_after=0.3)
+            assert pool.load() == {}
+
+        with caplog.at_level(logging.WARNING, logger="trainee"):
+            anyio.run(main)
+        left = processes_with_env("TRAINEE_ROUND_DIR", key)
+        if pause_sec >= TREE_POLL_SEC:  # slower than the looks: killed for sure
+            assert left == []
+        else:  # gone, or the slot was given back saying what outlived the kills
+            assert left == [] or "given back anyway" in caplog.text, left
+    finally:
+        assert _kill_chain(key) == []
 
 
 def test_a_daemon_shutting_down_kills_nothing_of_a_running_round(

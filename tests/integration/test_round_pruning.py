@@ -66,3 +66,41 @@ def test_the_pruning_compares_with_completed_rounds_and_never_watches_the_baseli
         (1, {"val_loss": [(1, 1.0)]}),
         (2, {"val_loss": [(1, 0.5)]}),
     ]
+
+
+def test_without_metric_specs_the_pruning_watches_the_builtin_loss_the_rounds_report(
+    tmp_path: Path,
+) -> None:
+    """A project that prints only ``total_loss``: the rules watch ``total_loss``, as the
+    research state and the reports judge it (not ``loss``, which no point ever has)."""
+    root = tmp_path / "proj"
+    (root / ".trainee").mkdir(parents=True)
+    (root / "train.py").write_text((FIXTURE / "train.py").read_text())
+    (root / ".trainee" / "tuning.yaml").write_text(
+        (FIXTURE / ".trainee" / "tuning.yaml").read_text()
+    )
+    doc = yaml.safe_load((FIXTURE / ".trainee" / "project.yaml").read_text())
+    del doc["metrics"]
+    doc["run"]["prune"] = {"rules": [{"rule": "median"}]}
+    (root / ".trainee" / "project.yaml").write_text(yaml.safe_dump(doc))
+    spec = load_project(root)
+
+    async def main() -> RoundPruning | None:
+        store = await Store.open(root / ".trainee" / "runtime.sqlite3")
+        try:
+            await store.create_session(
+                SessionRecord(index=1, project_root=str(root), policy="tpe",
+                              security_mode="unsafe", max_rounds=9)
+            )  # fmt: skip
+            for index in (1, 2):
+                diff = {} if index == 1 else {"lr": {"from": 0.3, "to": 0.1}}
+                await store.upsert_round(RoundRecord(session=1, index=index, diff=diff))
+                await store.update_round(1, index, status="running")
+            await store.update_round(1, 1, status="completed", finals={"total_loss": 0.5})
+            await store.add_points(1, 1, [("total_loss", 0.5, 3, 0)])
+            return await RoundPruning.start(store, spec, 1, await store.get_round(1, 2))
+        finally:
+            await store.close()
+
+    watch = anyio.run(main)
+    assert watch is not None and watch.primary == "total_loss"

@@ -238,3 +238,11 @@ def test_batches_end_with_the_subscription_and_chunks_cut_a_backlog() -> None:
     _events(bus, 5)
     events, _ = bus.replay(0)
     assert [len(c) for c in chunks(events, 2)] == [2, 2, 1]
+
+
+def test_a_note_kind_ending_in_a_newline_is_not_a_note() -> None:
+    """Python's ``$`` matches before a final newline: the pattern refuses it anyway."""
+    assert ev.is_note("note") and ev.is_note("note.user")
+    assert not ev.is_note("note\n") and not ev.is_note("note.user\n")
+    with pytest.raises(ev.InvalidEvent):
+        ev.decode_event({"kind": "note\n", "id": 3, "ts": 1.0, "data": {}})

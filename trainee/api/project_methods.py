@@ -421,6 +421,11 @@ class ProjectsAddResult(w.Wire):
     """False when the daemon knew it already."""
 
 
+MAX_KNOWN_PROJECTS = 1000
+"""How many projects ``projects_add`` lets the daemon list (a session start always adds
+its own)."""
+
+
 @registry.method(ProjectsAddParams, ProjectsAddResult)
 async def projects_add(ctx: CallContext, params: ProjectsAddParams) -> ProjectsAddResult:
     """Add a project folder to the daemon's list of known projects (``projects_list``).
@@ -430,7 +435,8 @@ async def projects_add(ctx: CallContext, params: ProjectsAddParams) -> ProjectsA
     """
     root = resolve.project_root(ctx, params.project_root)
     manager = resolve.manager_of(ctx)
-    added = manager.remember(root)  # on the event loop, as a session start's: no lost update
+    # on the event loop, as a session start's: no lost update
+    added = manager.remember(root, limit=MAX_KNOWN_PROJECTS)
     project = _known_project(root, _bound(ctx), manager.running_sessions())
     return ProjectsAddResult(project=project, added=added)
 

@@ -64,6 +64,11 @@ MIB = 1 << 20
 TREE_POLL_SEC = 0.2
 TREE_WARN_SEC = 30.0
 """A slot still held by a round's leftover processes after this long is logged."""
+TREE_CLEAR_LOOKS = 3
+"""Empty looks in a row before a round's processes count as gone."""
+TREE_GIVE_UP_SEC = 30.0
+"""How long SIGKILL is repeated on what is left of an ended round before its slot is
+given back regardless."""
 
 
 @dataclass(frozen=True)
@@ -231,25 +236,42 @@ class SlotPool:
 
         The round has ended when this is called: what of it still runs ``kill_after``
         seconds later (a child that escaped a monitor that died, say) is an orphan and
-        gets SIGKILL, with a warning naming it."""
+        gets SIGKILL at every look from then on (a chain that forks anew is a new pid
+        each time), with a warning naming it. "None left" takes :data:`TREE_CLEAR_LOOKS`
+        empty looks in a row, so a fork caught between parent and child is not missed;
+        and the wait ends :data:`TREE_GIVE_UP_SEC` after the kills started whatever is
+        left (logged): a job that hides from the look cannot hold a slot for good."""
         if key not in self.held:
             return
         try:
             started = time.monotonic()
             warned = killed = False
-            while pids := await anyio.to_thread.run_sync(processes_with_env, ROUND_ENV, round_dir):
+            clear = 0
+            while clear < TREE_CLEAR_LOOKS:
+                pids = await anyio.to_thread.run_sync(processes_with_env, ROUND_ENV, round_dir)
+                clear = 0 if pids else clear + 1
                 waited = time.monotonic() - started
-                if kill_after is not None and waited > kill_after and not killed:
+                if pids and kill_after is not None and waited > kill_after:
+                    if not killed:
+                        log.warning(
+                            "%s ended, but its processes %s still run: SIGKILL",
+                            round_dir,
+                            ", ".join(map(str, pids)),
+                        )
                     killed = True
-                    log.warning(
-                        "%s ended, but its processes %s still run: SIGKILL",
-                        round_dir,
-                        ", ".join(map(str, pids)),
-                    )
                     for pid in pids:
                         with contextlib.suppress(ProcessLookupError, PermissionError):
                             os.kill(pid, signal.SIGKILL)
-                if not warned and waited > TREE_WARN_SEC:
+                    if waited > kill_after + TREE_GIVE_UP_SEC:
+                        log.warning(
+                            "%s: processes %s outlived %.0f s of SIGKILL: its GPU slot is "
+                            "given back anyway",
+                            round_dir,
+                            ", ".join(map(str, pids)),
+                            TREE_GIVE_UP_SEC,
+                        )
+                        return
+                if pids and not warned and waited > TREE_WARN_SEC:
                     warned = True
                     log.warning(
                         "%s: its GPU slot stays taken while its processes %s run",

@@ -22,7 +22,7 @@ import msgspec
 
 from trainee import paths
 from trainee.atomic import write_atomic
-from trainee.errors import InvalidParams, InvalidState, NotFound
+from trainee.errors import InvalidParams, InvalidState, LimitExceeded, NotFound
 from trainee.ids import parse_session, session_id
 from trainee.integrations import SUBSCRIBED_KINDS, SessionIntegrations
 from trainee.launch.layout import ProjectLayout
@@ -117,25 +117,54 @@ class SessionManager:
 
     def known_projects(self) -> list[str]:
         """The projects the daemon knows (projects.json): every project a session ran
-        in, and those a client added (``projects_add``: the web page's list)."""
+        in, and those a client added (``projects_add``: the web page's list). A file
+        that cannot be read is logged and reads as none (see :meth:`_editable_projects`)."""
+        projects, problem = self._read_projects()
+        if problem is not None:
+            log.warning("%s", problem)
+        return projects
+
+    def _read_projects(self) -> tuple[list[str], str | None]:
         try:
             data = json.loads(self.projects_file.read_text())
-        except (OSError, ValueError):
-            return []
-        found = data.get("projects", []) if isinstance(data, dict) else []
-        return [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
+        except FileNotFoundError:
+            return [], None
+        except (OSError, ValueError) as exc:
+            return [], f"{self.projects_file} cannot be read ({exc}): no project is known"
+        found = data.get("projects") if isinstance(data, dict) else None
+        if not isinstance(found, list):
+            return [], f"{self.projects_file} holds no list under 'projects': no project is known"
+        return [p for p in found if isinstance(p, str)], None
 
-    def remember(self, root: str) -> bool:
-        """Add ``root`` to the known projects; False when it was there already."""
-        projects = self.known_projects()
+    def _editable_projects(self) -> list[str]:
+        """The list to change: a file that cannot be read is moved aside first (logged,
+        kept beside it), so the next write never erases what a user could still mend."""
+        projects, problem = self._read_projects()
+        if problem is not None:
+            aside = self.projects_file.with_name(f"projects.json.unreadable-{int(time.time())}")
+            with contextlib.suppress(OSError):
+                os.replace(self.projects_file, aside)
+            log.warning("%s; it is kept as %s and a new list starts", problem, aside)
+        return projects
+
+    def remember(self, root: str, *, limit: int | None = None) -> bool:
+        """Add ``root`` to the known projects; False when it was there already.
+        ``limit``: refuse (LimitExceeded) a list that has this many already."""
+        projects = self._editable_projects()
         if root in projects:
             return False
+        if limit is not None and len(projects) >= limit:
+            raise LimitExceeded(
+                f"the daemon knows {len(projects)} projects, the most it lists: remove some "
+                "(projects_remove) before adding more",
+                {"what": "known projects", "limit": limit},
+            )
         self._save_projects([*projects, root])
         return True
 
     def forget(self, root: str) -> bool:
         """Take ``root`` off the known projects; False when it was not there."""
-        projects = self.known_projects()
+        projects = self._editable_projects()
         if root not in projects:
             return False
         self._save_projects([p for p in projects if p != root])

@@ -188,7 +188,7 @@ class RoundPruning:
         specs = spec.metrics.specs
         return cls(
             prune,
-            primary=primary_metric(specs).name,
+            primary=primary_metric(specs, (r.finals for r in rounds if r.index in done)).name,
             goals={m.name: str(m.goal) for m in specs},
             finished=[Finished(i, s) for i, s in sorted(by_round.items())],
             early=early,
