@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,8 @@ from trainee.store.records import RoundRecord, SessionRecord
 FIXTURE = REPO / "tests" / "fixtures" / "projects" / "prunable"
 
 
-def test_the_pruning_compares_with_completed_rounds_and_never_watches_the_baseline(
-    tmp_path: Path,
-) -> None:
+def _project(tmp_path: Path, change: Callable[[dict[str, Any]], object]) -> Path:
+    """The prunable fixture's trainer and tuning, its project.yaml changed by ``change``."""
     root = tmp_path / "proj"
     (root / ".trainee").mkdir(parents=True)
     (root / "train.py").write_text((FIXTURE / "train.py").read_text())
@@ -27,9 +27,18 @@ def test_the_pruning_compares_with_completed_rounds_and_never_watches_the_baseli
         (FIXTURE / ".trainee" / "tuning.yaml").read_text()
     )
     doc = yaml.safe_load((FIXTURE / ".trainee" / "project.yaml").read_text())
-    doc["run"]["noise"] = {"seed": "seed", "repeats": 2}
-    doc["run"]["prune"] = {"step": "reports", "rules": [{"rule": "median"}]}
+    change(doc)
     (root / ".trainee" / "project.yaml").write_text(yaml.safe_dump(doc))
+    return root
+
+
+def test_the_pruning_compares_with_completed_rounds_and_never_watches_the_baseline(
+    tmp_path: Path,
+) -> None:
+    root = _project(tmp_path, lambda doc: doc["run"].update(
+        noise={"seed": "seed", "repeats": 2},
+        prune={"step": "reports", "rules": [{"rule": "median"}]},
+    ))  # fmt: skip
     spec = load_project(root)
 
     async def main() -> dict[str, Any]:
@@ -73,16 +82,12 @@ def test_without_metric_specs_the_pruning_watches_the_builtin_loss_the_rounds_re
 ) -> None:
     """A project that prints only ``total_loss``: the rules watch ``total_loss``, as the
     research state and the reports judge it (not ``loss``, which no point ever has)."""
-    root = tmp_path / "proj"
-    (root / ".trainee").mkdir(parents=True)
-    (root / "train.py").write_text((FIXTURE / "train.py").read_text())
-    (root / ".trainee" / "tuning.yaml").write_text(
-        (FIXTURE / ".trainee" / "tuning.yaml").read_text()
-    )
-    doc = yaml.safe_load((FIXTURE / ".trainee" / "project.yaml").read_text())
-    del doc["metrics"]
-    doc["run"]["prune"] = {"rules": [{"rule": "median"}]}
-    (root / ".trainee" / "project.yaml").write_text(yaml.safe_dump(doc))
+
+    def change(doc: dict[str, Any]) -> None:
+        del doc["metrics"]
+        doc["run"]["prune"] = {"rules": [{"rule": "median"}]}
+
+    root = _project(tmp_path, change)
     spec = load_project(root)
 
     async def main() -> RoundPruning | None:
