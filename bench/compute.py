@@ -52,9 +52,7 @@ import argparse
 import csv
 import math
 import os
-import select
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -69,6 +67,9 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support, as soak.py
+
+from tests.support.daemon import Daemon, base_env
 from trainee.spec.primary import better
 
 if TYPE_CHECKING:
@@ -436,89 +437,21 @@ def measure_noise(source: Path, work: Path, repeats: int, seed_flag: str) -> lis
 # -- sessions through a real daemon --------------------------------------------------------
 
 
-class PrivateDaemon:
-    """``python -m trainee.daemon`` on a private socket and HOME, stopped at exit."""
-
-    def __init__(self, runtime: Path, extra_env: dict[str, str] | None = None) -> None:
-        self.runtime = runtime
-        home = runtime / "home"
-        home.mkdir(parents=True)
-        config = Path.home() / ".trainee" / "config.json"
-        if config.is_file():  # the LLM provider settings, for --llm
-            (home / ".trainee").mkdir()
-            shutil.copy(config, home / ".trainee" / "config.json")
-        self.env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("TRAINEE_") or k.startswith("TRAINEE_LLM_")
-        }
-        self.env.update(
-            TRAINEE_SOCKET=str(runtime / "trainee.sock"),
-            HOME=str(home),
-            PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-            PYTHONPATH=os.pathsep.join(
-                p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
-            ),
-        )
-        self.env.update(extra_env or {})
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def socket(self) -> Path:
-        return self.runtime / "trainee.sock"
-
-    def start(self) -> None:
-        read_fd, write_fd = os.pipe()
-        log = open(self.runtime / "daemon.log", "ab")  # noqa: SIM115 - handed to the child
-        try:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "trainee.daemon",
-                    "--port",
-                    "0",
-                    "--ready-fd",
-                    str(write_fd),
-                ],
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-            )
-        finally:
-            os.close(write_fd)
-            log.close()
-        line = b""
-        deadline = time.monotonic() + 60
-        try:
-            while not line.endswith(b"\n") and time.monotonic() < deadline:
-                ready, _, _ = select.select(
-                    [read_fd], [], [], max(0.0, deadline - time.monotonic())
-                )
-                if not ready:
-                    continue
-                chunk = os.read(read_fd, 4096)
-                if not chunk:
-                    break
-                line += chunk
-        finally:
-            os.close(read_fd)
-        if not line.startswith(b"READY"):
-            log_text = (self.runtime / "daemon.log").read_text(errors="replace")
-            raise SystemExit(f"the daemon did not start: {line!r}\n{log_text[-2000:]}")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def daemon_env(runtime: Path, extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """A private daemon's environment (tests.support.daemon's, as soak.py and abuse.py
+    use), keeping the caller's TRAINEE_LLM_* settings and config.json for ``--llm``."""
+    env = base_env(runtime)
+    env.update({k: v for k, v in os.environ.items() if k.startswith("TRAINEE_LLM_")})
+    config = Path.home() / ".trainee" / "config.json"
+    if config.is_file():
+        (runtime / "home" / ".trainee").mkdir(parents=True)
+        shutil.copy(config, runtime / "home" / ".trainee" / "config.json")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+    )
+    env.update(extra_env or {})
+    return env
 
 
 def report_pattern(spec: ProjectSpec) -> regex.Pattern[str] | None:
@@ -541,7 +474,7 @@ def count_reports(log: Path, pattern: regex.Pattern[str] | None) -> int | None:
 
 
 def run_session(
-    daemon: PrivateDaemon, root: Path, policy: str, seed: int, arm: Arm, timeout: float
+    daemon: Daemon, root: Path, policy: str, seed: int, arm: Arm, timeout: float
 ) -> Session:
     from trainee.ids import parse_session
     from trainee.launch.layout import ProjectLayout
@@ -914,7 +847,8 @@ def main(argv: list[str] | None = None) -> int:
             "TRAINEE_LLM_BASE_URL": args.llm_url.rstrip("/"),
             "TRAINEE_LLM_MODEL": args.llm_model,
         }
-    daemon = PrivateDaemon(Path(tempfile.mkdtemp(prefix="tr-compute-", dir="/tmp")), llm_env)
+    runtime = Path(tempfile.mkdtemp(prefix="tr-compute-", dir="/tmp"))
+    daemon = Daemon(runtime=runtime, env=daemon_env(runtime, llm_env))
     started = time.monotonic()
     usable: list[Arm] = []
     try:
@@ -947,7 +881,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{extended}; project {source.name}, {args.jobs} at a time",
             flush=True,
         )
-        daemon.start()
+        line = daemon.start(timeout=60)
+        if not line.startswith("READY"):
+            raise SystemExit(f"the daemon did not start: {line!r}\n{daemon.log[-2000:]}")
 
         def one(job: tuple[str, int, Arm]) -> Session:
             policy, seed, arm = job
