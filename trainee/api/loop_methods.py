@@ -388,8 +388,19 @@ async def _research_state(
     running = manager.running_of(root, rec.index)
     if running is not None and running.runner.state is not None:
         return running.runner.state
-    spec = await _spec_or_none(root)
+    spec = await _session_spec(manager, root, rec)
     return rebuild_state(spec, rounds) if spec is not None else None
+
+
+async def _session_spec(
+    manager: SessionManager, root: str, rec: SessionRecord
+) -> ProjectSpec | None:
+    """The spec a session judges by: a running session's own (no file read on the page's
+    polls), else the project's files as they are now (None when they no longer load)."""
+    running = manager.running_of(root, rec.index)
+    if running is not None and running.runner.spec is not None:
+        return running.runner.spec
+    return await _spec_or_none(root)
 
 
 @registry.method(w.SessionParams, LoopGetResult)
@@ -409,7 +420,7 @@ async def loop_get(ctx: CallContext, params: w.SessionParams) -> LoopGetResult:
     running = manager_of(ctx).control_of(root, rec.index) is not None
     best = by_index.get(rec.best_round) if rec.best_round else None
     baseline = by_index.get(rec.baseline_round) if rec.baseline_round else None
-    spec = await _spec_or_none(root)
+    spec = await _session_spec(manager_of(ctx), root, rec)
     specs = spec.metrics.specs if spec is not None else ()
     metric = primary_metric(specs, (r.finals for r in rounds))
     best_after = best_after_each(spec, rounds) if spec is not None else {}
